@@ -1,0 +1,90 @@
+"""genlm-core: async, autobatched next-token log-probabilities, and the plugin system.
+
+The public names are loaded lazily, so ``import genlm_core.plugins`` (what a
+plugin's entry-point module does) never imports torch or an engine.
+
+Typical use::
+
+    from genlm_core import load_model_by_name
+
+    lm = load_model_by_name("gpt2")                    # best installed backend
+    logprobs = await lm.next_token_logprobs([464, 3139])
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    # the contract
+    "AsyncLM": "genlm_core.lm",
+    "AsyncLMBase": "genlm_core.lm",
+    "BatchedAsyncLM": "genlm_core.lm",
+    "Request": "genlm_core.lm",
+    # loading
+    "load_model_by_name": "genlm_core.loading",
+    "list_backends": "genlm_core.loading",
+    "resolve_backend": "genlm_core.loading",
+    # machinery
+    "AutoBatcher": "genlm_core.batching",
+    "OutputCache": "genlm_core.cache",
+    "Token": "genlm_core.tokenization",
+    "decode_vocab": "genlm_core.tokenization",
+    "MockAsyncLM": "genlm_core.testing.mock",
+    # errors
+    "GenlmError": "genlm_core.errors",
+    "UnknownBackendError": "genlm_core.errors",
+    "BackendUnavailableError": "genlm_core.errors",
+    "NoBackendAvailableError": "genlm_core.errors",
+    "DuplicateBackendError": "genlm_core.errors",
+    "BackendContractError": "genlm_core.errors",
+    "PluginLoadError": "genlm_core.errors",
+    "BatcherClosedError": "genlm_core.errors",
+    "BatchSizeMismatchError": "genlm_core.errors",
+    "ModelClosedError": "genlm_core.errors",
+    "InvalidTokenIdsError": "genlm_core.errors",
+    "UnknownLoraError": "genlm_core.errors",
+    "UnsupportedTokenizerError": "genlm_core.errors",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'genlm_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from genlm_core.batching import AutoBatcher
+    from genlm_core.cache import OutputCache
+    from genlm_core.errors import (
+        BackendContractError,
+        BackendUnavailableError,
+        BatcherClosedError,
+        BatchSizeMismatchError,
+        DuplicateBackendError,
+        GenlmError,
+        InvalidTokenIdsError,
+        ModelClosedError,
+        NoBackendAvailableError,
+        PluginLoadError,
+        UnknownBackendError,
+        UnknownLoraError,
+        UnsupportedTokenizerError,
+    )
+    from genlm_core.lm import AsyncLM, AsyncLMBase, BatchedAsyncLM, Request
+    from genlm_core.loading import list_backends, load_model_by_name, resolve_backend
+    from genlm_core.testing.mock import MockAsyncLM
+    from genlm_core.tokenization import Token, decode_vocab

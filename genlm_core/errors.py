@@ -1,0 +1,84 @@
+"""The exceptions genlm-core raises.
+
+Every error derives from :class:`GenlmError` and from the builtin a caller would
+naturally catch (``KeyError`` for an unknown name, ``ValueError`` for bad input, ...),
+so both ``except GenlmError`` and idiomatic ``except ValueError`` work.
+
+Messages say what happened, show the offending value, and say how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendContractError",
+    "BackendUnavailableError",
+    "BatchSizeMismatchError",
+    "BatcherClosedError",
+    "DuplicateBackendError",
+    "GenlmError",
+    "InvalidTokenIdsError",
+    "ModelClosedError",
+    "NoBackendAvailableError",
+    "PluginLoadError",
+    "UnknownBackendError",
+    "UnknownLoraError",
+    "UnsupportedTokenizerError",
+]
+
+
+class GenlmError(Exception):
+    """Root of every error raised by genlm-core and its plugins."""
+
+
+class UnknownBackendError(GenlmError, KeyError):
+    """A backend (or trie implementation) was requested by a name nobody registered."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class BackendUnavailableError(GenlmError, RuntimeError):
+    """A backend is installed but cannot run here (no GPU, engine not importable, ...)."""
+
+
+class NoBackendAvailableError(GenlmError, RuntimeError):
+    """No automatic backend can run on this machine; the message is the full diagnosis."""
+
+
+class DuplicateBackendError(GenlmError, ValueError):
+    """Two plugins registered the same backend or trie name."""
+
+
+class BackendContractError(GenlmError, TypeError):
+    """A backend or plugin broke the contract (bad spec, wrong return type, ...)."""
+
+
+class PluginLoadError(GenlmError, ImportError):
+    """A plugin's entry point could not be imported or its hooks failed."""
+
+
+class BatcherClosedError(GenlmError, RuntimeError):
+    """A request reached an AutoBatcher after ``aclose()`` (or its event loop ended)."""
+
+
+class BatchSizeMismatchError(GenlmError, RuntimeError):
+    """A batch function returned a different number of results than it was given."""
+
+
+class ModelClosedError(GenlmError, RuntimeError):
+    """A language model was used after ``cleanup()``."""
+
+
+class InvalidTokenIdsError(GenlmError, ValueError):
+    """Token ids are empty, not integers, or out of the model's vocabulary range."""
+
+
+class UnknownLoraError(GenlmError, KeyError):
+    """A request named a LoRA adapter that was never added with ``add_new_lora``."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnsupportedTokenizerError(GenlmError, ValueError):
+    """A tokenizer's vocabulary cannot be decoded to exact byte strings."""

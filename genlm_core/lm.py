@@ -1,0 +1,519 @@
+"""The AsyncLM contract: what every backend offers and what clients may call.
+
+Two layers, following "Protocol for consumers, ABC for implementers":
+
+* :class:`AsyncLM` is a runtime-checkable Protocol: the surface downstream code
+  (genlm-control, genlm-bytes style clients) relies on.
+* :class:`AsyncLMBase` is the ABC a backend subclasses. It decodes the vocabulary,
+  validates token ids and LoRA names, and supplies ``batch_*``, ``sample``,
+  ``batch_sample``, context managers and idempotent ``cleanup``.
+* :class:`BatchedAsyncLM` adds the shared AutoBatcher and OutputCache: a backend
+  implements one method, :meth:`BatchedAsyncLM.compute_batch`, and gets coalesced,
+  deduplicated, cached async calls and matching sync calls for free.
+
+Log-probabilities are float32 torch tensors on the CPU, normalised over the full
+logits width (``len(byte_vocab)``), as in genlm-backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import numbers
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import torch
+
+from genlm_core.batching import AutoBatcher
+from genlm_core.cache import OutputCache
+from genlm_core.errors import (
+    BackendContractError,
+    BatchSizeMismatchError,
+    InvalidTokenIdsError,
+    ModelClosedError,
+    UnknownLoraError,
+)
+from genlm_core.tokenization import Token, decode_vocab
+
+__all__ = ["AsyncLM", "AsyncLMBase", "BatchedAsyncLM", "Request"]
+
+
+@runtime_checkable
+class AsyncLM(Protocol):
+    """What clients may rely on from any genlm language model."""
+
+    tokenizer: Any
+    byte_vocab: list[Token]
+    str_vocab: list[str]
+
+    async def next_token_logprobs(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities of the next token after ``token_ids``."""
+        ...
+
+    def next_token_logprobs_sync(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Synchronous :meth:`next_token_logprobs`."""
+        ...
+
+    async def batch_next_token_logprobs(
+        self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Stacked log-probabilities for several prompts."""
+        ...
+
+
+class Request(NamedTuple):
+    """One next-token query: the prompt and the LoRA adapter (None = base model)."""
+
+    token_ids: tuple[int, ...]
+    lora_name: str | None
+
+
+class AsyncLMBase(ABC):
+    """Base class for backends: vocabulary, validation, sampling and lifecycle.
+
+    Subclasses implement :meth:`next_token_logprobs` and
+    :meth:`next_token_logprobs_sync` (or subclass :class:`BatchedAsyncLM`), and
+    a ``from_name`` classmethod.
+
+    Args:
+        tokenizer: A Hugging Face tokenizer (or anything :func:`decode_vocab` accepts).
+        vocab_size: Width of the model's logits when wider than the tokenizer;
+            extra ids get empty byte strings.
+        byte_vocab: Precomputed ``(byte_vocab, str_vocab)`` to skip decoding.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        vocab_size: int | None = None,
+        byte_vocab: tuple[list[Token], list[str]] | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        if byte_vocab is None:
+            byte_vocab = decode_vocab(tokenizer, vocab_size=vocab_size)
+        self.byte_vocab, self.str_vocab = byte_vocab
+        self._loras: dict[str, Any] = {}
+        self._closed = False
+
+    # -- contract ---------------------------------------------------------------
+
+    @classmethod
+    def from_name(cls, model_name: str, **opts: Any) -> AsyncLMBase:
+        """Load a model by hub name or local directory. Backends override this."""
+        raise NotImplementedError(f"{cls.__name__} does not implement from_name()")
+
+    @abstractmethod
+    async def next_token_logprobs(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities of the next token after ``token_ids``.
+
+        Args:
+            token_ids: The prompt as token ids (non-empty).
+            lora_name: A LoRA adapter added with :meth:`add_new_lora`; None is the base model.
+
+        Returns:
+            A float32 CPU tensor of shape ``(len(byte_vocab),)`` with ``logsumexp == 0``.
+        """
+
+    @abstractmethod
+    def next_token_logprobs_sync(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Synchronous :meth:`next_token_logprobs`."""
+
+    async def batch_next_token_logprobs(
+        self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities for several prompts, stacked into ``(len(list), vocab)``."""
+        self._check_open()
+        outs = await asyncio.gather(
+            *(self.next_token_logprobs(ids, lora_name=lora_name) for ids in token_ids_list)
+        )
+        return _stack(outs, len(self.byte_vocab))
+
+    def batch_next_token_logprobs_sync(
+        self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Synchronous :meth:`batch_next_token_logprobs`."""
+        self._check_open()
+        outs = [self.next_token_logprobs_sync(ids, lora_name=lora_name) for ids in token_ids_list]
+        return _stack(outs, len(self.byte_vocab))
+
+    # -- validation -------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the log-probability vectors (token ids are ``0 .. vocab_size-1``)."""
+        return len(self.byte_vocab)
+
+    def validate_token_ids(self, token_ids: Any) -> tuple[int, ...]:
+        """Check a prompt and return it as a tuple of Python ints.
+
+        Raises:
+            InvalidTokenIdsError: Empty, not a sequence of integers, or out of range.
+        """
+        if isinstance(token_ids, torch.Tensor):
+            token_ids = token_ids.tolist()
+        if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Iterable):
+            raise InvalidTokenIdsError(
+                f"token_ids must be a sequence of ints, got {type(token_ids).__name__} "
+                f"{token_ids!r:.80}; encode text first with lm.tokenizer.encode(...)"
+            )
+        ids = tuple(token_ids)
+        if not ids:
+            raise InvalidTokenIdsError(
+                "token_ids is empty; a prompt needs at least one token "
+                "(e.g. the tokenizer's BOS token id)"
+            )
+        n = len(self.byte_vocab)
+        for pos, t in enumerate(ids):
+            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+                raise InvalidTokenIdsError(
+                    f"token_ids[{pos}] = {t!r} is a {type(t).__name__}, not an int"
+                )
+            if not 0 <= t < n:
+                raise InvalidTokenIdsError(
+                    f"token_ids[{pos}] = {t} is out of range for a vocabulary of {n} "
+                    f"tokens (valid ids: 0..{n - 1})"
+                )
+        if any(type(t) is not int for t in ids):
+            ids = tuple(int(t) for t in ids)
+        return ids
+
+    def validate_lora(self, lora_name: str | None) -> str | None:
+        """Check that ``lora_name`` is None or an added adapter.
+
+        Raises:
+            UnknownLoraError: The adapter was never added (or was removed).
+        """
+        if lora_name is not None and lora_name not in self._loras:
+            known = ", ".join(map(repr, sorted(self._loras))) or "none"
+            raise UnknownLoraError(
+                f"unknown LoRA adapter {lora_name!r} (loaded: {known}); add it first with "
+                f"lm.add_new_lora(path, {lora_name!r}), or pass lora_name=None for the base model"
+            )
+        return lora_name
+
+    def make_request(self, token_ids: Any, lora_name: str | None = None) -> Request:
+        """Validate a call's arguments into a hashable :class:`Request`."""
+        self._check_open()
+        return Request(self.validate_token_ids(token_ids), self.validate_lora(lora_name))
+
+    # -- LoRA -------------------------------------------------------------------
+
+    def add_new_lora(self, lora_path: str, lora_name: str) -> None:
+        """Load a LoRA adapter under ``lora_name``; select it per call with ``lora_name=``.
+
+        Loading under an existing name replaces that adapter (and drops its cached outputs).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support LoRA adapters")
+
+    def remove_lora(self, lora_name: str) -> None:
+        """Unload an adapter added with :meth:`add_new_lora`."""
+        self.validate_lora(lora_name)
+        del self._loras[lora_name]
+        self.clear_cache()
+
+    @property
+    def lora_names(self) -> list[str]:
+        """Names of the loaded LoRA adapters."""
+        return sorted(self._loras)
+
+    # -- sampling ---------------------------------------------------------------
+
+    async def sample(
+        self,
+        prompt_token_ids: Sequence[int],
+        max_tokens: int,
+        eos_token_ids: Iterable[int],
+        temperature: float = 1.0,
+        seed: int | None = None,
+        lora_name: str | None = None,
+    ) -> list[int]:
+        """Sample a continuation token by token, stopping at an EOS id or ``max_tokens``.
+
+        Args:
+            prompt_token_ids: The prompt.
+            max_tokens: Most tokens to generate (>= 0).
+            eos_token_ids: Ids that end the sample (not included in the result).
+            temperature: Logits are divided by it (> 0).
+            seed: Makes the sample reproducible.
+            lora_name: LoRA adapter, None for the base model.
+
+        Returns:
+            The generated token ids.
+        """
+        prompt = list(self.make_request(prompt_token_ids, lora_name).token_ids)
+        eos, generator = _sampling_args(max_tokens, eos_token_ids, temperature, seed)
+        out: list[int] = []
+        for _ in range(max_tokens):
+            logprobs = await self.next_token_logprobs(prompt + out, lora_name=lora_name)
+            token = _draw(logprobs, temperature, generator)
+            if token in eos:
+                break
+            out.append(token)
+        return out
+
+    async def batch_sample(
+        self,
+        prompt_token_ids_list: Sequence[Sequence[int]],
+        max_tokens: int,
+        eos_token_ids: Iterable[int],
+        temperature: float = 1.0,
+        seed: int | None = None,
+        lora_name: str | None = None,
+    ) -> list[list[int]]:
+        """Sample one continuation per prompt, concurrently (so calls are batched).
+
+        With a ``seed``, prompt ``i`` uses ``seed + i``: reproducible, yet two equal
+        prompts get independent samples.
+        """
+        eos = list(eos_token_ids)
+        return list(
+            await asyncio.gather(
+                *(
+                    self.sample(
+                        ids, max_tokens, eos, temperature,
+                        None if seed is None else seed + i, lora_name,
+                    )
+                    for i, ids in enumerate(prompt_token_ids_list)
+                )
+            )
+        )
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def clear_cache(self) -> None:
+        """Drop cached outputs. The base class caches nothing."""
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ModelClosedError(
+                f"{type(self).__name__} was cleaned up (cleanup() or the end of a `with` "
+                f"block); load the model again to keep using it"
+            )
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`cleanup`."""
+        return self._closed
+
+    def cleanup(self) -> None:
+        """Release the model's resources. Idempotent; later calls raise ModelClosedError."""
+        if self._closed:
+            return
+        self._closed = True
+        self._release()
+
+    def _release(self) -> None:
+        """Free backend resources (engine, caches). Called once by :meth:`cleanup`."""
+        self.clear_cache()
+
+    def __enter__(self) -> AsyncLMBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+    async def __aenter__(self) -> AsyncLMBase:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+class BatchedAsyncLM(AsyncLMBase):
+    """An AsyncLMBase whose calls go through the shared AutoBatcher and OutputCache.
+
+    Implement :meth:`compute_batch`; it runs off the event loop, receives unique
+    validated requests, and returns one log-probability tensor per request.
+
+    Args:
+        tokenizer: See :class:`AsyncLMBase`.
+        batch_size: Most requests per forward pass.
+        max_wait: Seconds a batch may wait for more callers, counted from its first
+            request. 0 dispatches as soon as the event loop has no more runnable callers.
+        cache_size: Most cached outputs (0 disables the cache).
+        cache_bytes: Optional byte budget for cached outputs.
+        **kwargs: Passed to :class:`AsyncLMBase`.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        batch_size: int = 64,
+        max_wait: float = 0.0,
+        cache_size: int = 4096,
+        cache_bytes: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(tokenizer, **kwargs)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        self.batch_size = batch_size
+        self.max_wait = max_wait
+        self.cache: OutputCache | None = (
+            OutputCache(max_entries=cache_size, max_bytes=cache_bytes) if cache_size else None
+        )
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AutoBatcher] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @abstractmethod
+    def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
+        """Compute log-probabilities for unique, validated requests (runs in a worker thread).
+
+        Args:
+            requests: Distinct ``Request(token_ids, lora_name)`` tuples.
+
+        Returns:
+            One float32 tensor of shape ``(len(byte_vocab),)`` per request, in order.
+        """
+
+    def _batch_fn(self, requests: list[Request]) -> list[torch.Tensor]:
+        outs = list(self.compute_batch(requests))
+        if len(outs) == len(requests):
+            for req, out in zip(requests, outs, strict=True):
+                self._check_output(out)
+                if self.cache is not None:
+                    self.cache[req] = out
+        return outs
+
+    def _check_output(self, out: Any) -> None:
+        if not isinstance(out, torch.Tensor) or out.shape != (len(self.byte_vocab),):
+            shape = getattr(out, "shape", None)
+            raise BackendContractError(
+                f"{type(self).__name__}.compute_batch returned {type(out).__name__} of shape "
+                f"{shape}; expected a torch.Tensor of shape ({len(self.byte_vocab)},)"
+            )
+
+    def _batcher(self) -> AutoBatcher:
+        loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None or batcher.closed:
+            batcher = AutoBatcher(
+                self._batch_fn,
+                max_batch_size=self.batch_size,
+                max_wait=self.max_wait,
+                name=f"{type(self).__name__}.batcher",
+            )
+            self._batchers[loop] = batcher
+        return batcher
+
+    async def next_token_logprobs(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities of the next token, batched with concurrent callers."""
+        req = self.make_request(token_ids, lora_name)
+        if self.cache is not None:
+            hit = self.cache.get(req)
+            if hit is not None:
+                return hit
+        return await self._batcher().submit(req)
+
+    def next_token_logprobs_sync(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities of the next token, computed in the calling thread."""
+        return self.batch_next_token_logprobs_sync([token_ids], lora_name)[0]
+
+    async def batch_next_token_logprobs(
+        self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities for several prompts, submitted to the batcher together."""
+        reqs = [self.make_request(ids, lora_name) for ids in token_ids_list]
+        if not reqs:
+            return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32)
+        outs: list[torch.Tensor | None] = [
+            self.cache.get(r) if self.cache is not None else None for r in reqs
+        ]
+        misses = [i for i, out in enumerate(outs) if out is None]
+        if misses:
+            computed = await self._batcher().submit_many([reqs[i] for i in misses])
+            for i, out in zip(misses, computed, strict=True):
+                outs[i] = out
+        return torch.stack(outs)  # type: ignore[arg-type]
+
+    def batch_next_token_logprobs_sync(
+        self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Synchronous batch, deduplicated and cached like the async path."""
+        reqs = [self.make_request(ids, lora_name) for ids in token_ids_list]
+        if not reqs:
+            return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32)
+        results: dict[Request, torch.Tensor] = {}
+        missing: list[Request] = []
+        for req in reqs:
+            if req in results:
+                continue
+            hit = self.cache.get(req) if self.cache is not None else None
+            if hit is not None:
+                results[req] = hit
+            else:
+                results[req] = None  # type: ignore[assignment]
+                missing.append(req)
+        for start in range(0, len(missing), self.batch_size):
+            chunk = missing[start : start + self.batch_size]
+            outs = self._batch_fn(chunk)
+            if len(outs) != len(chunk):
+                raise BatchSizeMismatchError(
+                    f"{type(self).__name__}.compute_batch returned {len(outs)} results "
+                    f"for {len(chunk)} requests"
+                )
+            results.update(zip(chunk, outs, strict=True))
+        return torch.stack([results[r] for r in reqs])
+
+    def clear_cache(self) -> None:
+        """Drop every cached output."""
+        if self.cache is not None:
+            self.cache.clear()
+
+    def _release(self) -> None:
+        for batcher in list(self._batchers.values()):
+            batcher.close()
+        self._batchers.clear()
+        super()._release()
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def _stack(outs: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    if not outs:
+        return torch.empty((0, width), dtype=torch.float32)
+    return torch.stack(list(outs))
+
+
+def _sampling_args(
+    max_tokens: int, eos_token_ids: Iterable[int], temperature: float, seed: int | None
+) -> tuple[frozenset[int], torch.Generator | None]:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise ValueError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+    if not isinstance(temperature, numbers.Real) or not temperature > 0:
+        raise ValueError(
+            f"temperature must be a number > 0, got {temperature!r}; for greedy decoding "
+            f"take argmax of next_token_logprobs instead"
+        )
+    if isinstance(eos_token_ids, int):
+        raise ValueError(f"eos_token_ids must be a list of ints, got the int {eos_token_ids}; wrap it: [{eos_token_ids}]")
+    eos = frozenset(int(t) for t in eos_token_ids)
+    generator = None
+    if seed is not None:
+        generator = torch.Generator()
+        generator.manual_seed(int(seed))
+    return eos, generator
+
+
+def _draw(logprobs: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
+    logits = logprobs.float() if temperature == 1.0 else logprobs.float() / temperature
+    probs = torch.softmax(logits, dim=-1)
+    return int(torch.multinomial(probs, num_samples=1, generator=generator).item())

@@ -1,0 +1,67 @@
+"""The hooks a genlm plugin may implement. These docstrings are the plugin manual.
+
+A plugin is a module (named by an entry point in the ``genlm.backends`` or
+``genlm.tries`` group) holding functions decorated with
+:data:`genlm_core.plugins.hookimpl`. Keep that module import-light: it is imported
+whenever anyone lists or loads a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from genlm_core.plugins.specs import BackendSpec, TrieSpec
+
+PROJECT_NAME = "genlm"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+
+
+@hookspec
+def genlm_register_backends(register: Callable[[BackendSpec], None]) -> None:
+    """Register the language-model backends this plugin provides.
+
+    Called once per plugin manager, when backends are first listed or loaded.
+
+    Args:
+        register: Call it with one :class:`~genlm_core.plugins.BackendSpec` per
+            backend. Registering a name twice (here or in another plugin) makes that
+            name unusable until one plugin is removed: genlm never picks silently.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def genlm_register_tries(register: Callable[[TrieSpec], None]) -> None:
+    """Register the token-trie implementations this plugin provides.
+
+    Args:
+        register: Call it with one :class:`~genlm_core.plugins.TrieSpec` per
+            implementation.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def genlm_select_backend(model_name: str, candidates: list[str]) -> str | None:
+    """Override which backend ``load_model_by_name`` picks automatically.
+
+    Called only when the user named no backend (no ``backend=``, no
+    ``GENLM_BACKEND``). The first non-None answer wins.
+
+    Args:
+        model_name: The model the user asked for.
+        candidates: Names of the available automatic backends, best first.
+
+    Returns:
+        A backend name (it need not be in ``candidates``, but must be registered
+        and available), or None to keep the default choice.
+
+    .. versionadded:: 0.1
+    """

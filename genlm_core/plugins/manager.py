@@ -1,0 +1,169 @@
+"""The plugin manager: hookspecs, built-ins, and failure-isolating entry-point loading.
+
+pluggy's own ``load_setuptools_entrypoints`` stops at the first plugin that fails to
+import. Here each entry point is loaded on its own: a broken plugin is recorded in
+:attr:`GenlmPluginManager.broken` with its error (``genlm backends`` shows it) and
+the others load normally.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import threading
+from dataclasses import dataclass
+
+import pluggy
+
+from genlm_core import settings
+from genlm_core.plugins import hookspecs
+from genlm_core.plugins.hookspecs import PROJECT_NAME
+
+__all__ = [
+    "ENTRY_POINT_GROUPS",
+    "BrokenPlugin",
+    "GenlmPluginManager",
+    "PluginOrigin",
+    "get_plugin_manager",
+    "make_plugin_manager",
+    "reset_plugin_manager",
+]
+
+ENTRY_POINT_GROUPS = ("genlm.backends", "genlm.tries")
+
+#: Modules inside genlm-core registered as plugins on every manager.
+BUILTIN_PLUGINS = ("genlm_core._builtin.mock_backend", "genlm_core._builtin.tries")
+
+
+@dataclass(frozen=True)
+class PluginOrigin:
+    """Where a registered plugin came from (shown by ``genlm backends``)."""
+
+    plugin: str
+    distribution: str
+    version: str
+
+
+@dataclass(frozen=True)
+class BrokenPlugin:
+    """A plugin that failed to import, register, or validate."""
+
+    plugin: str
+    group: str
+    distribution: str
+    version: str
+    error: str
+
+
+class GenlmPluginManager(pluggy.PluginManager):
+    """A pluggy manager that remembers each plugin's distribution and failures."""
+
+    def __init__(self) -> None:
+        super().__init__(PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+        self.broken: list[BrokenPlugin] = []
+        self.skipped: list[tuple[str, str]] = []  # (entry point, why) for disabled plugins
+        self._origins: dict[str, PluginOrigin] = {}
+
+    def origin(self, plugin_name: str) -> PluginOrigin:
+        """Distribution and version of a registered plugin (``"?"`` if unknown)."""
+        return self._origins.get(plugin_name, PluginOrigin(plugin_name, "?", "?"))
+
+    def record_broken(self, plugin: str, group: str, error: BaseException | str) -> None:
+        """Record a plugin failure so it is reported instead of raised."""
+        origin = self.origin(plugin)
+        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        self.broken.append(BrokenPlugin(plugin, group, origin.distribution, origin.version, text))
+
+    def register_checked(
+        self, plugin: object, name: str, origin: PluginOrigin, group: str = "builtin"
+    ) -> bool:
+        """Register ``plugin``, validate its hooks, and record it broken on failure.
+
+        Returns:
+            True when the plugin is registered and its hooks are valid.
+        """
+        self._origins[name] = origin
+        try:
+            self.register(plugin, name=name)
+        except Exception as exc:
+            self.record_broken(name, group, exc)
+            return False
+        try:
+            self.check_pending()  # misspelled hook names: genlm_register_backend, ...
+        except pluggy.PluginValidationError as exc:
+            self.unregister(plugin)
+            self.record_broken(name, group, exc)
+            return False
+        return True
+
+    def load_entrypoints(self, groups: tuple[str, ...] = ENTRY_POINT_GROUPS) -> None:
+        """Import and register every selected entry point, isolating failures."""
+        for group in groups:
+            for ep in importlib.metadata.entry_points(group=group):
+                dist = ep.dist
+                dist_name = dist.metadata["Name"] if dist is not None else "?"
+                version = dist.version if dist is not None else "?"
+                selected, why = settings.plugin_selected(ep.name, dist_name)
+                if not selected:
+                    self.skipped.append((ep.name, why))
+                    continue
+                origin = PluginOrigin(ep.name, dist_name, version)
+                self._origins[ep.name] = origin
+                try:
+                    module = ep.load()
+                except Exception as exc:
+                    self.record_broken(ep.name, group, exc)
+                    continue
+                if self.is_registered(module):
+                    continue  # one module may serve both entry-point groups
+                self.register_checked(module, ep.name, origin, group)
+
+
+def _core_version() -> str:
+    try:
+        return importlib.metadata.version("genlm-core")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def make_plugin_manager(*, load_entrypoints: bool = True) -> GenlmPluginManager:
+    """Build a plugin manager with the hookspecs, the built-ins and (optionally) entry points.
+
+    Args:
+        load_entrypoints: Also load installed third-party plugins. Tests pass False
+            to get an isolated manager.
+
+    Returns:
+        A fresh manager; it shares nothing with the process-wide one.
+    """
+    import importlib
+
+    pm = GenlmPluginManager()
+    version = _core_version()
+    for module_name in BUILTIN_PLUGINS:
+        name = "builtin:" + module_name.rsplit(".", 1)[-1]
+        module = importlib.import_module(module_name)
+        pm.register_checked(module, name, PluginOrigin(name, "genlm-core", version))
+    if load_entrypoints:
+        pm.load_entrypoints()
+    return pm
+
+
+_lock = threading.Lock()
+_manager: GenlmPluginManager | None = None
+
+
+def get_plugin_manager() -> GenlmPluginManager:
+    """The process-wide manager, built on first use (entry points loaded once)."""
+    global _manager
+    with _lock:
+        if _manager is None:
+            _manager = make_plugin_manager()
+        return _manager
+
+
+def reset_plugin_manager() -> None:
+    """Forget the process-wide manager so the next use rediscovers plugins."""
+    global _manager
+    with _lock:
+        _manager = None

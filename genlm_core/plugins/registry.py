@@ -1,0 +1,239 @@
+"""Registries: what the plugins registered, with origin, availability and conflicts.
+
+A registry asks the plugin manager afresh on every query (calling the register
+hooks is cheap), so plugins registered later, e.g. in a test, are seen at once.
+Each plugin's register hook runs on its own: one that raises is recorded broken and
+the others still count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from genlm_core.errors import (
+    BackendContractError,
+    BackendUnavailableError,
+    DuplicateBackendError,
+    UnknownBackendError,
+)
+from genlm_core.plugins.manager import BrokenPlugin, GenlmPluginManager
+from genlm_core.plugins.specs import Availability, BackendSpec, TrieSpec
+
+__all__ = ["BackendRegistry", "Registered", "TrieRegistry"]
+
+S = TypeVar("S", BackendSpec, TrieSpec)
+
+#: Backends genlm knows of, so an unknown-name error can say what to install.
+KNOWN_BACKEND_DISTRIBUTIONS = {
+    "hf": "genlm-hf",
+    "vllm": "genlm-vllm",
+    "mlx": "genlm-mlx",
+    "sgl": "genlm-sgl",
+}
+
+
+@dataclass(frozen=True)
+class Registered(Generic[S]):
+    """A spec together with the plugin and distribution that registered it."""
+
+    spec: S
+    plugin: str
+    distribution: str
+    version: str
+
+    @property
+    def name(self) -> str:
+        """The spec's name."""
+        return self.spec.name
+
+    def availability(self) -> Availability:
+        """Run the spec's probe."""
+        return self.spec.availability()
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description (used by ``genlm backends --json``)."""
+        avail = self.availability()
+        return {
+            "name": self.name,
+            "plugin": self.plugin,
+            "distribution": self.distribution,
+            "version": self.version,
+            "priority": self.spec.priority,
+            "auto": self.spec.auto,
+            "available": avail.ok,
+            "reason": avail.reason,
+            "description": self.spec.description,
+        }
+
+
+class _Registry(Generic[S]):
+    kind: str = ""
+    hook_name: str = ""
+    spec_type: type
+
+    def __init__(self, plugin_manager: GenlmPluginManager) -> None:
+        self.plugin_manager = plugin_manager
+
+    def _collect(self) -> tuple[dict[str, Registered[S]], dict[str, list[Registered[S]]], list[BrokenPlugin]]:
+        pm = self.plugin_manager
+        by_name: dict[str, list[Registered[S]]] = {}
+        broken: list[BrokenPlugin] = []
+        hook = getattr(pm.hook, self.hook_name)
+        for impl in hook.get_hookimpls():
+            origin = pm.origin(impl.plugin_name)
+            specs: list[object] = []
+            try:
+                impl.function(register=specs.append)
+                for spec in specs:
+                    if not isinstance(spec, self.spec_type):
+                        raise BackendContractError(
+                            f"{self.hook_name} of plugin {impl.plugin_name!r} registered "
+                            f"{spec!r}; expected a {self.spec_type.__name__}"
+                        )
+            except Exception as exc:
+                broken.append(
+                    BrokenPlugin(
+                        impl.plugin_name, self.hook_name, origin.distribution, origin.version,
+                        f"{type(exc).__name__}: {exc}",
+                    )
+                )
+                continue
+            for spec in specs:
+                entry = Registered(spec, impl.plugin_name, origin.distribution, origin.version)
+                by_name.setdefault(spec.name, []).append(entry)  # type: ignore[attr-defined]
+        unique = {n: regs[0] for n, regs in by_name.items() if len(regs) == 1}
+        conflicts = {n: regs for n, regs in by_name.items() if len(regs) > 1}
+        return unique, conflicts, broken
+
+    def all(self) -> list[Registered[S]]:
+        """Every uniquely named registration, highest priority first."""
+        unique, _, _ = self._collect()
+        return sorted(unique.values(), key=lambda r: (-r.spec.priority, r.name))
+
+    def conflicts(self) -> dict[str, list[Registered[S]]]:
+        """Names registered by more than one plugin (unusable until resolved)."""
+        return self._collect()[1]
+
+    def broken(self) -> list[BrokenPlugin]:
+        """Plugins that failed to import, validate or register."""
+        return [*self.plugin_manager.broken, *self._collect()[2]]
+
+    def names(self) -> list[str]:
+        """Names of every usable registration."""
+        return [r.name for r in self.all()]
+
+    def get(self, name: str) -> Registered[S]:
+        """Look up a registration by name.
+
+        Raises:
+            UnknownBackendError: Nobody registered ``name``; the message lists what is
+                installed, what is broken, and what to install.
+            DuplicateBackendError: Several plugins registered ``name``.
+        """
+        unique, conflicts, broken = self._collect()
+        if name in unique:
+            return unique[name]
+        if name in conflicts:
+            who = ", ".join(f"{r.plugin} ({r.distribution} {r.version})" for r in conflicts[name])
+            raise DuplicateBackendError(
+                f"{self.kind} name {name!r} is registered by several plugins: {who}. "
+                f"Uninstall one, or block it with GENLM_DISABLE_PLUGINS=<plugin>."
+            )
+        raise UnknownBackendError(self._unknown_message(name, unique, broken))
+
+    def _unknown_message(
+        self, name: str, unique: dict[str, Registered[S]], broken: list[BrokenPlugin]
+    ) -> str:
+        installed = ", ".join(sorted(unique)) or "none"
+        lines = [f"unknown {self.kind} {name!r}; installed: {installed}."]
+        all_broken = [*self.plugin_manager.broken, *broken]
+        if all_broken:
+            lines.append(
+                "Broken plugins: "
+                + "; ".join(f"{b.plugin} ({b.distribution}): {b.error}" for b in all_broken)
+                + "."
+            )
+        skipped = self.plugin_manager.skipped
+        if skipped:
+            lines.append("Disabled plugins: " + ", ".join(f"{n} ({why})" for n, why in skipped) + ".")
+        hint = self._install_hint(name)
+        if hint:
+            lines.append(hint)
+        return " ".join(lines)
+
+    def _install_hint(self, name: str) -> str:
+        return ""
+
+    def require_available(self, name: str) -> Registered[S]:
+        """Like :meth:`get`, but also require the probe to pass.
+
+        Raises:
+            BackendUnavailableError: Installed but cannot run here; says why.
+        """
+        reg = self.get(name)
+        avail = reg.availability()
+        if not avail.ok:
+            raise BackendUnavailableError(
+                f"{self.kind} {name!r} ({reg.distribution} {reg.version}) is installed but "
+                f"unavailable here: {avail.reason}"
+            )
+        return reg
+
+    def available_auto(self) -> list[Registered[S]]:
+        """Automatic registrations whose probe passes, best first."""
+        return [r for r in self.all() if r.spec.auto and r.availability().ok]
+
+    def diagnosis(self) -> str:
+        """A multi-line account of every registration and why each is or is not usable."""
+        unique, conflicts, broken = self._collect()
+        lines = []
+        for reg in sorted(unique.values(), key=lambda r: (-r.spec.priority, r.name)):
+            avail = reg.availability()
+            state = "available" if avail.ok else f"unavailable: {avail.reason}"
+            auto = "" if reg.spec.auto else ", only when named"
+            lines.append(f"  {reg.name} ({reg.distribution} {reg.version}{auto}): {state}")
+        for name, regs in conflicts.items():
+            lines.append(f"  {name}: registered by {len(regs)} plugins, unusable")
+        for b in [*self.plugin_manager.broken, *broken]:
+            lines.append(f"  plugin {b.plugin} ({b.distribution}) is broken: {b.error}")
+        return "\n".join(lines) or "  (nothing registered)"
+
+
+class BackendRegistry(_Registry[BackendSpec]):
+    """The language-model backends registered through ``genlm_register_backends``."""
+
+    kind = "backend"
+    hook_name = "genlm_register_backends"
+    spec_type = BackendSpec
+
+    def _install_hint(self, name: str) -> str:
+        dist = KNOWN_BACKEND_DISTRIBUTIONS.get(name)
+        if dist:
+            return f"Install it with: pip install {dist}"
+        return f"If {name!r} comes from a plugin, pip install that plugin's distribution."
+
+
+class TrieRegistry(_Registry[TrieSpec]):
+    """The trie implementations registered through ``genlm_register_tries``."""
+
+    kind = "trie"
+    hook_name = "genlm_register_tries"
+    spec_type = TrieSpec
+
+    def for_kind(self, kind: str) -> list[Registered[TrieSpec]]:
+        """Registrations of one trie family (``"character"`` or ``"byte"``), best first."""
+        return [r for r in self.all() if r.spec.kind == kind]
+
+    def pick(self, kind: str, name: str | None = None) -> Registered[TrieSpec]:
+        """The named implementation, or the best available automatic one of ``kind``."""
+        if name is not None:
+            return self.require_available(name)
+        for reg in self.for_kind(kind):
+            if reg.spec.auto and reg.availability().ok:
+                return reg
+        raise BackendUnavailableError(
+            f"no available {kind} trie implementation:\n{self.diagnosis()}"
+        )
+
+

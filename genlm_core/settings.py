@@ -1,0 +1,58 @@
+"""The environment variables genlm-core reads, all in one place.
+
+``GENLM_PLUGINS``
+    Comma-separated allow-list of plugins to load from entry points (entry-point
+    names or distribution names). Unset: load all. Empty string: load none (the
+    built-ins that ship inside genlm-core are always there).
+``GENLM_DISABLE_PLUGINS``
+    Comma-separated deny-list, same matching; applied after the allow-list.
+``GENLM_BACKEND``
+    Backend used by ``load_model_by_name`` when the caller names none.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["default_backend", "plugin_allow_list", "plugin_deny_list"]
+
+
+def _split(value: str) -> frozenset[str]:
+    return frozenset(_normalize(v) for v in value.split(",") if v.strip())
+
+
+def _normalize(name: str) -> str:
+    """Normalize like PEP 503 so ``genlm_hf``, ``genlm-hf`` and ``Genlm.HF`` match."""
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
+def plugin_allow_list() -> frozenset[str] | None:
+    """Names allowed by ``GENLM_PLUGINS``, or None when every plugin is allowed."""
+    value = os.environ.get("GENLM_PLUGINS")
+    return None if value is None else _split(value)
+
+
+def plugin_deny_list() -> frozenset[str]:
+    """Names blocked by ``GENLM_DISABLE_PLUGINS``."""
+    return _split(os.environ.get("GENLM_DISABLE_PLUGINS", ""))
+
+
+def default_backend() -> str | None:
+    """The backend named by ``GENLM_BACKEND``, or None."""
+    value = os.environ.get("GENLM_BACKEND", "").strip()
+    return value or None
+
+
+def plugin_selected(*names: str | None) -> tuple[bool, str]:
+    """Whether a plugin known by any of ``names`` passes the allow and deny lists.
+
+    Returns:
+        ``(selected, why_not)``; ``why_not`` names the variable that excluded it.
+    """
+    keys = {_normalize(n) for n in names if n}
+    allow = plugin_allow_list()
+    if allow is not None and not keys & allow:
+        return False, "not in GENLM_PLUGINS"
+    if keys & plugin_deny_list():
+        return False, "listed in GENLM_DISABLE_PLUGINS"
+    return True, ""

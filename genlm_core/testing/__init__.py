@@ -1,0 +1,31 @@
+"""Testing helpers shipped in the wheel, for genlm-core and for plugin authors.
+
+* :class:`MockAsyncLM`: deterministic offline model (also the ``mock`` backend).
+* :func:`ByteTokenizer`: a real 257-token byte-level tokenizer built in memory.
+* :class:`AsyncLMConformance`: the standard test suite every backend subclasses.
+* ``genlm_core.testing.pytest_plugin``: markers and fixtures; opt in with
+  ``pytest_plugins = ["genlm_core.testing.pytest_plugin"]`` in a root conftest.
+* ``genlm_core.testing.assets``: registry-sourced tokenizers and tiny models.
+
+Names load lazily so importing this package does not import pytest.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "MockAsyncLM": "genlm_core.testing.mock",
+    "ByteTokenizer": "genlm_core.testing.byte_tokenizer",
+    "AsyncLMConformance": "genlm_core.testing.conformance",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'genlm_core.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,119 @@
+"""MockAsyncLM: a deterministic, offline language model over any real tokenizer.
+
+Its next-token distribution is a pseudo-random function of the prompt (and the LoRA
+adapter name), so results are reproducible across calls, processes and batch
+shapes, while every request still goes through the real AutoBatcher and
+OutputCache. Core tests and the conformance suite use it; it is also the built-in
+``mock`` backend (never chosen automatically).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from genlm_core.errors import GenlmError
+from genlm_core.lm import BatchedAsyncLM, Request
+
+__all__ = ["MockAsyncLM"]
+
+#: Names ``from_name`` accepts besides local directories: the project's test assets.
+ASSET_ALIASES = {
+    "gpt2": "gpt2-npm",
+    "llama2": "llama2",
+    "llama3": "llama3",
+    "qwen3": "qwen3",
+    "gemma3": "gemma3",
+    "mistral": "mistral-v1-spm",
+    "cl100k": "cl100k",
+    "o200k": "o200k",
+}
+
+
+class MockAsyncLM(BatchedAsyncLM):
+    """A deterministic stand-in for a real model, batched like one.
+
+    Args:
+        tokenizer: Any Hugging Face tokenizer.
+        temperature: Scale of the pseudo-random logits; lower is peakier.
+        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`
+            (``batch_size``, ``max_wait``, ``cache_size``, ``vocab_size``, ...).
+    """
+
+    def __init__(self, tokenizer: Any, *, temperature: float = 0.5, **kwargs: Any) -> None:
+        super().__init__(tokenizer, **kwargs)
+        self.temperature = temperature
+        self.batches: list[int] = []  # size of each computed batch, for tests and demos
+
+    @classmethod
+    def from_name(cls, model_name: str, **opts: Any) -> MockAsyncLM:
+        """Build a mock over a tokenizer.
+
+        Args:
+            model_name: ``"bytes"`` (the in-memory byte tokenizer), a local tokenizer
+                directory, a test-asset alias (``"gpt2"``, ``"llama3"``, ...; fetched
+                once into the asset cache), or a hub name (needs the hub).
+            **opts: Passed to the constructor.
+        """
+        return cls(_load_tokenizer(model_name), **opts)
+
+    def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
+        """Pseudo-random normalised log-probs, one row per request."""
+        self.batches.append(len(requests))
+        n = len(self.byte_vocab)
+        rows = np.empty((len(requests), n), dtype=np.float32)
+        for i, req in enumerate(requests):
+            rng = np.random.default_rng(_seed(req))
+            rows[i] = rng.standard_normal(n, dtype=np.float32) / self.temperature
+        logits = torch.from_numpy(rows)
+        return list(torch.log_softmax(logits, dim=-1))
+
+    def add_new_lora(self, lora_path: str, lora_name: str) -> None:
+        """Register a fake adapter: it perturbs the distribution deterministically by name."""
+        if not isinstance(lora_name, str) or not lora_name:
+            raise ValueError(f"lora_name must be a non-empty string, got {lora_name!r}")
+        self._check_open()
+        self._loras[lora_name] = os.fspath(lora_path)
+        self.clear_cache()
+
+
+def _seed(req: Request) -> int:
+    digest = hashlib.blake2b(struct.pack(f"<{len(req.token_ids)}q", *req.token_ids), digest_size=8)
+    if req.lora_name is not None:
+        digest.update(b"\0lora\0" + req.lora_name.encode())
+    return int.from_bytes(digest.digest(), "little")
+
+
+def _load_tokenizer(model_name: str) -> Any:
+    if model_name == "bytes":
+        from genlm_core.testing.byte_tokenizer import ByteTokenizer
+
+        return ByteTokenizer()
+    from transformers import AutoTokenizer
+
+    path = Path(model_name).expanduser()
+    if path.is_dir():
+        return AutoTokenizer.from_pretrained(path)
+    if model_name in ASSET_ALIASES:
+        from genlm_core.testing.assets import tokenizer_dir
+
+        return AutoTokenizer.from_pretrained(tokenizer_dir(ASSET_ALIASES[model_name]))
+    try:
+        return AutoTokenizer.from_pretrained(model_name)
+    except Exception as exc:
+        raise MockTokenizerError(
+            f"mock backend: cannot load a tokenizer for {model_name!r} ({type(exc).__name__}: "
+            f"{exc}). Pass a local tokenizer directory, 'bytes', or one of: "
+            f"{', '.join(sorted(ASSET_ALIASES))}"
+        ) from exc
+
+
+class MockTokenizerError(GenlmError, ValueError):
+    """The mock backend could not find a tokenizer for the requested name."""

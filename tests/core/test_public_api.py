@@ -1,0 +1,43 @@
+import subprocess
+import sys
+
+import genlm_core
+import genlm_core.errors as errors
+import genlm_core.plugins as plugins
+
+EXPECTED = [
+    "AsyncLM", "AsyncLMBase", "AutoBatcher", "BackendContractError", "BackendUnavailableError",
+    "BatchSizeMismatchError", "BatchedAsyncLM", "BatcherClosedError", "DuplicateBackendError",
+    "GenlmError", "InvalidTokenIdsError", "MockAsyncLM", "ModelClosedError",
+    "NoBackendAvailableError", "OutputCache", "PluginLoadError", "Request", "Token",
+    "UnknownBackendError", "UnknownLoraError", "UnsupportedTokenizerError", "__version__",
+    "decode_vocab", "list_backends", "load_model_by_name", "resolve_backend",
+]
+
+
+def test_all_is_pinned():
+    assert sorted(genlm_core.__all__) == sorted(EXPECTED)
+
+
+def test_every_export_resolves():
+    for name in genlm_core.__all__:
+        assert getattr(genlm_core, name) is not None
+
+
+def test_errors_share_one_root_and_a_builtin():
+    builtins = (KeyError, ValueError, RuntimeError, TypeError, ImportError)
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.GenlmError)
+        if cls is not errors.GenlmError:
+            assert issubclass(cls, builtins), name
+
+
+def test_plugin_api_is_import_light():
+    code = "import genlm_core.plugins, sys; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_plugins_all():
+    assert {"hookimpl", "BackendSpec", "TrieSpec", "Availability"} <= set(plugins.__all__)
