@@ -1,0 +1,194 @@
+"""AsyncLMBase / BatchedAsyncLM behaviour beyond the conformance suite."""
+
+import asyncio
+
+import pytest
+import torch
+
+from genlm_core import BatchedAsyncLM
+from genlm_core.errors import (
+    BackendContractError,
+    BatchSizeMismatchError,
+    InvalidTokenIdsError,
+    ModelClosedError,
+    UnknownLoraError,
+)
+from genlm_core.testing import ByteTokenizer, MockAsyncLM
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return ByteTokenizer()
+
+
+@pytest.fixture
+def lm(tokenizer):
+    model = MockAsyncLM(tokenizer)
+    yield model
+    model.cleanup()
+
+
+async def test_identical_concurrent_requests_are_computed_once(lm):
+    outs = await asyncio.gather(*(lm.next_token_logprobs([1, 2, 3]) for _ in range(10)))
+    assert lm.batches == [1]
+    assert all(torch.equal(o, outs[0]) for o in outs)
+
+
+async def test_concurrent_requests_share_one_batch(lm):
+    await asyncio.gather(*(lm.next_token_logprobs([i + 1]) for i in range(20)))
+    assert lm.batches == [20]
+
+
+async def test_batch_size_bounds_each_forward(tokenizer):
+    lm = MockAsyncLM(tokenizer, batch_size=8)
+    await asyncio.gather(*(lm.next_token_logprobs([i + 1]) for i in range(20)))
+    assert sum(lm.batches) == 20 and max(lm.batches) <= 8
+
+
+async def test_cache_serves_repeats_without_compute(lm):
+    a = await lm.next_token_logprobs([5, 6])
+    b = await lm.next_token_logprobs([5, 6])
+    assert torch.equal(a, b) and lm.batches == [1]
+    lm.clear_cache()
+    await lm.next_token_logprobs([5, 6])
+    assert lm.batches == [1, 1]
+
+
+def test_sync_batch_dedupes_and_caches(lm):
+    out = lm.batch_next_token_logprobs_sync([[1], [2], [1], [1]])
+    assert out.shape == (4, 257) and lm.batches == [2]
+    assert torch.equal(out[0], out[2])
+    lm.batch_next_token_logprobs_sync([[1], [2]])
+    assert lm.batches == [2]
+
+
+async def test_empty_batch(lm):
+    assert (await lm.batch_next_token_logprobs([])).shape == (0, 257)
+    assert lm.batch_next_token_logprobs_sync([]).shape == (0, 257)
+
+
+async def test_lora_is_per_request(lm):
+    with pytest.raises(UnknownLoraError, match="'style'"):
+        await lm.next_token_logprobs([1], lora_name="style")
+    lm.add_new_lora("/adapters/style", "style")
+    base, styled = await asyncio.gather(
+        lm.next_token_logprobs([1]), lm.next_token_logprobs([1], lora_name="style")
+    )
+    assert not torch.allclose(base, styled)
+    assert lm.lora_names == ["style"]
+    lm.remove_lora("style")
+    with pytest.raises(UnknownLoraError):
+        lm.next_token_logprobs_sync([1], lora_name="style")
+    with pytest.raises(UnknownLoraError):
+        lm.remove_lora("style")
+
+
+async def test_numpy_and_tensor_ids_are_accepted(lm):
+    import numpy as np
+
+    a = await lm.next_token_logprobs(np.array([3, 4]))
+    b = await lm.next_token_logprobs(torch.tensor([3, 4]))
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [[True], [None], [257], [0, -5], 7])
+def test_invalid_ids_raise_with_value(lm, bad):
+    with pytest.raises(InvalidTokenIdsError) as info:
+        lm.next_token_logprobs_sync(bad)
+    shown = str(bad[-1]) if isinstance(bad, list) else "int"
+    assert shown in str(info.value)
+
+
+async def test_sampling_argument_errors(lm):
+    with pytest.raises(ValueError, match="max_tokens"):
+        await lm.sample([1], max_tokens=-1, eos_token_ids=[])
+    with pytest.raises(ValueError, match="temperature"):
+        await lm.sample([1], max_tokens=2, eos_token_ids=[], temperature=0)
+    with pytest.raises(ValueError, match=r"\[256\]"):
+        await lm.sample([1], max_tokens=2, eos_token_ids=256)
+
+
+async def test_batch_sample_seeds_differ_per_prompt(lm):
+    a, b = await lm.batch_sample([[1], [1]], max_tokens=8, eos_token_ids=[], seed=3)
+    again = await lm.batch_sample([[1], [1]], max_tokens=8, eos_token_ids=[], seed=3)
+    assert [a, b] == again and a != b
+
+
+async def test_use_after_cleanup(lm):
+    lm.cleanup()
+    for call in (
+        lambda: lm.next_token_logprobs([1]),
+        lambda: lm.batch_next_token_logprobs([[1]]),
+        lambda: lm.sample([1], 2, []),
+    ):
+        with pytest.raises(ModelClosedError, match="cleanup"):
+            await call()
+
+
+async def test_async_context_manager(tokenizer):
+    async with MockAsyncLM(tokenizer) as lm:
+        await lm.next_token_logprobs([1])
+    assert lm.closed
+
+
+def test_vocab_size_pads_logits_width(tokenizer):
+    lm = MockAsyncLM(tokenizer, vocab_size=300)
+    assert len(lm.byte_vocab) == 300 and lm.byte_vocab[299] == b"" and lm.byte_vocab[299].token_id == 299
+    assert lm.next_token_logprobs_sync([299]).shape == (300,)
+
+
+class Flaky(BatchedAsyncLM):
+    """Fails every batch that contains token 13; returns wrong shapes on request."""
+
+    def __init__(self, tokenizer, mode="ok"):
+        super().__init__(tokenizer, cache_size=0)
+        self.mode = mode
+
+    def compute_batch(self, requests):
+        if any(13 in r.token_ids for r in requests):
+            raise RuntimeError("unlucky batch")
+        n = len(self.byte_vocab)
+        if self.mode == "short":
+            requests = requests[:-1]
+        shape = (n,) if self.mode != "wide" else (n + 1,)
+        return [torch.full(shape, -torch.log(torch.tensor(float(n)))) for _ in requests]
+
+
+async def test_error_reaches_every_caller_and_next_batch_works(tokenizer):
+    lm = Flaky(tokenizer)
+    results = await asyncio.gather(
+        lm.next_token_logprobs([1]), lm.next_token_logprobs([13]), lm.next_token_logprobs([2]),
+        return_exceptions=True,
+    )
+    assert all(isinstance(r, RuntimeError) and "unlucky" in str(r) for r in results)
+    ok = await asyncio.gather(lm.next_token_logprobs([1]), lm.next_token_logprobs([2]))
+    assert all(o.shape == (257,) for o in ok)
+
+
+async def test_wrong_result_count_is_batch_size_mismatch(tokenizer):
+    lm = Flaky(tokenizer, mode="short")
+    results = await asyncio.gather(
+        lm.next_token_logprobs([1]), lm.next_token_logprobs([2]), return_exceptions=True
+    )
+    assert all(isinstance(r, BatchSizeMismatchError) for r in results)
+    with pytest.raises(BatchSizeMismatchError, match="1 results for 2"):
+        lm.batch_next_token_logprobs_sync([[1], [2]])
+
+
+async def test_wrong_result_shape_is_contract_error(tokenizer):
+    lm = Flaky(tokenizer, mode="wide")
+    with pytest.raises(BackendContractError, match=r"\(257,\)"):
+        await lm.next_token_logprobs([1])
+
+
+async def test_model_works_across_event_loops(tokenizer):
+    lm = MockAsyncLM(tokenizer)
+    a = await lm.next_token_logprobs([9])
+
+    def in_other_loop():
+        lm.clear_cache()
+        return asyncio.run(lm.next_token_logprobs([9]))
+
+    b = await asyncio.get_running_loop().run_in_executor(None, in_other_loop)
+    assert torch.equal(a, b)
+    lm.cleanup()
