@@ -94,7 +94,7 @@ def installed_backends() -> dict[str, Registered]:
     return {b.name: b for b in list_backends()}
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def asset_tokenizer_dir() -> Callable[[str], Path]:
     """``asset_tokenizer_dir(name)``: a registry-sourced tokenizer dir (fetched once, cached)."""
     from genlm_core.testing.assets import tokenizer_dir
@@ -102,7 +102,7 @@ def asset_tokenizer_dir() -> Callable[[str], Path]:
     return tokenizer_dir
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def asset_model_dir() -> Callable[[str], Path]:
     """``asset_model_dir(name)``: a registry-sourced model dir (fetched once, cached)."""
     from genlm_core.testing.assets import model_dir

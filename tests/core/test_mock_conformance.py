@@ -14,17 +14,18 @@ class TestMockOverBytes(AsyncLMConformance):
         model.cleanup()
 
 
+@pytest.fixture(scope="module")
+def gpt2_tokenizer(asset_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(asset_tokenizer_dir("gpt2-npm"))
+
+
 class TestMockOverGPT2(AsyncLMConformance):
-    @pytest.fixture(scope="class")
-    def tokenizer(self, asset_tokenizer_dir):
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(asset_tokenizer_dir("gpt2-npm"))
-
     @pytest.fixture
-    def lm(self, tokenizer):
+    def lm(self, gpt2_tokenizer):
         from genlm_core.testing import MockAsyncLM
 
-        model = MockAsyncLM(tokenizer, batch_size=4)  # small batches: requests span several
+        model = MockAsyncLM(gpt2_tokenizer, batch_size=4)  # small batches: requests span several
         yield model
         model.cleanup()
