@@ -16,6 +16,7 @@ __all__ = [
     "BatcherClosedError",
     "DuplicateBackendError",
     "GenlmError",
+    "InvalidArgumentError",
     "InvalidTokenIdsError",
     "ModelClosedError",
     "NoBackendAvailableError",
@@ -67,6 +68,10 @@ class BatchSizeMismatchError(GenlmError, RuntimeError):
 
 class ModelClosedError(GenlmError, RuntimeError):
     """A language model was used after ``cleanup()``."""
+
+
+class InvalidArgumentError(GenlmError, ValueError):
+    """An argument has a value the function does not accept (the message names it)."""
 
 
 class InvalidTokenIdsError(GenlmError, ValueError):

@@ -1,0 +1,53 @@
+"""SentencePiece vocabularies (Llama-2, Mistral, Gemma): pieces to bytes.
+
+A SentencePiece piece is text in which a meta symbol (``"▁"``) stands for the space;
+bytes the model has no piece for are spelled by 256 byte-fallback pieces ``<0x00>`` ..
+``<0xFF>``. Without those pieces the vocabulary cannot spell arbitrary text (it maps
+unknown characters to ``<unk>``), so we refuse it rather than decode it lossily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+__all__ = ["META_SYMBOL", "byte_piece_ids", "sentencepiece_bytes"]
+
+META_SYMBOL = "\u2581"  # "▁", SentencePiece's stand-in for the space
+_SINGLE_BYTES = [bytes([b]) for b in range(256)]
+
+
+def byte_piece_ids(piece_to_id: Mapping[str, int]) -> dict[int, int]:
+    """Find the byte-fallback pieces ``<0xAB>`` of a vocabulary.
+
+    Args:
+        piece_to_id: The model's pieces and their ids.
+
+    Returns:
+        Token id -> the byte it spells, for each byte-fallback piece present.
+    """
+    found: dict[int, int] = {}
+    for b in range(256):
+        for name in (f"<0x{b:02X}>", f"<0x{b:02x}>"):
+            token_id = piece_to_id.get(name)
+            if token_id is not None:
+                found[token_id] = b
+    return found
+
+
+def sentencepiece_bytes(
+    texts: Sequence[str], byte_pieces: Mapping[int, int], meta_symbol: str = META_SYMBOL
+) -> list[bytes]:
+    """Decode SentencePiece pieces: meta symbol -> space, ``<0xAB>`` -> that byte, else UTF-8.
+
+    Args:
+        texts: One piece per id (``""`` where there is nothing to decode).
+        byte_pieces: Token id -> byte, from :func:`byte_piece_ids`.
+        meta_symbol: The character the decoder turns into a space.
+
+    Returns:
+        The bytes of each id.
+    """
+    byte_strings = [text.replace(meta_symbol, " ").encode() for text in texts]
+    for token_id, b in byte_pieces.items():
+        byte_strings[token_id] = _SINGLE_BYTES[b]
+    return byte_strings
