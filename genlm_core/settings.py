@@ -8,6 +8,8 @@
     Comma-separated deny-list, same matching; applied after the allow-list.
 ``GENLM_BACKEND``
     Backend used by ``load_model_by_name`` when the caller names none.
+
+(``GENLM_ASSETS_DIR``, the test-asset cache, is read by :mod:`genlm_core.testing.assets`.)
 """
 
 from __future__ import annotations

