@@ -1,0 +1,90 @@
+"""Built-in trie implementations, registered in ``genlm.tries`` like any plugin.
+
+Only spec strings here: nothing is imported until a trie is built.
+"""
+
+from __future__ import annotations
+
+from genlm_core.plugins import Availability, TrieSpec, has_nvidia_gpu, hookimpl, module_available
+
+
+def _numba_available() -> Availability:
+    if not module_available("numba"):
+        return Availability.no("needs numba: pip install numba")
+    return Availability.yes("CPU, numba")
+
+
+def _cuda_available() -> Availability:
+    if not has_nvidia_gpu():
+        return Availability.no("requires an NVIDIA GPU (NVML found none)")
+    if not module_available("torch"):
+        return Availability.no("requires torch with CUDA: pip install torch")
+    return Availability.yes("CUDA")
+
+
+@hookimpl
+def genlm_register_tries(register):
+    """Register the built-in trie implementations."""
+    register(
+        TrieSpec(
+            name="numba",
+            loader="genlm_core.trie.cpu:TokenCharacterTrie",
+            priority=100,
+            check=_numba_available,
+            kind="character",
+            description="flat arrays + exact numba kernels, batches parallel across cores",
+        )
+    )
+    register(
+        TrieSpec(
+            name="torch-cuda",
+            loader="genlm_core.trie.torch_trie:cuda_trie",
+            priority=50,
+            check=_cuda_available,
+            kind="character",
+            description="torch sparse products on a CUDA GPU, float32 (below numba: "
+            "model outputs arrive on the CPU)",
+        )
+    )
+    register(
+        TrieSpec(
+            name="reference",
+            loader="genlm_core.trie.reference:ReferenceTokenCharacterTrie",
+            priority=10,
+            kind="character",
+            description="dicts + NumPy: slow, simple, the oracle for the others",
+        )
+    )
+    # genlm-backend's AsyncTokenCharacterTrie.from_vocab(backend=...) names.
+    register(
+        TrieSpec(
+            name="sequential",
+            loader="genlm_core.trie.cpu:TokenCharacterTrie",
+            auto=False,
+            check=_numba_available,
+            kind="character",
+            description="genlm-backend name: TokenCharacterTrie (same as numba)",
+        )
+    )
+    register(
+        TrieSpec(
+            name="parallel",
+            loader="genlm_core.trie.cpu:ParallelTokenCharacterTrie",
+            auto=False,
+            check=_numba_available,
+            kind="character",
+            description="genlm-backend name: ParallelTokenCharacterTrie (float32; CUDA "
+            "when available)",
+        )
+    )
+    register(
+        TrieSpec(
+            name="numba-byte",
+            loader="genlm_core.trie.byte_trie:TokenByteTrie",
+            priority=100,
+            check=_numba_available,
+            kind="byte",
+            description="genlm-bytes' TokenByteTrie (EOS modes, token-id weights) on the "
+            "numba kernels",
+        )
+    )

@@ -1,0 +1,82 @@
+"""Token tries: a distribution over tokens -> the mass of every byte prefix.
+
+Drop-in for ``genlm.backend.trie`` (and ``genlm.bytes.trie``: ``TokenByteTrie``,
+``AsyncTokenByteTrie``, ``TrieMode``)::
+
+    from genlm_core.trie import AsyncTokenCharacterTrie, TokenCharacterTrie
+
+    trie = TokenCharacterTrie(byte_vocab)           # numba, CPU, exact
+    masses = trie.weight_sum(probs)                 # node-indexed, masses[trie.root] == sum
+    async_trie = AsyncTokenCharacterTrie.from_vocab(byte_vocab)   # best registered backend
+    masses = await async_trie.weight_sum(probs)     # concurrent calls are batched
+
+Implementations are plugins (``genlm_register_tries``); ``genlm backends`` lists them.
+Names are imported lazily so ``import genlm_core.trie.protocols`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "AsyncCharacterTrie": "genlm_core.trie.protocols",
+    "AsyncTokenByteTrie": "genlm_core.trie.async_trie",
+    "AsyncTokenCharacterTrie": "genlm_core.trie.async_trie",
+    "CharacterTrie": "genlm_core.trie.protocols",
+    "CharacterTrieBase": "genlm_core.trie.base",
+    "InvalidVocabularyError": "genlm_core.trie.errors",
+    "InvalidWeightsError": "genlm_core.trie.errors",
+    "ParallelTokenCharacterTrie": "genlm_core.trie.cpu",
+    "ReferenceTokenCharacterTrie": "genlm_core.trie.reference",
+    "TokenByteTrie": "genlm_core.trie.byte_trie",
+    "TokenCharacterTrie": "genlm_core.trie.cpu",
+    "TorchTokenCharacterTrie": "genlm_core.trie.torch_trie",
+    "TrieMode": "genlm_core.trie.byte_trie",
+    "VocabularyTypeError": "genlm_core.trie.errors",
+}
+
+__all__ = [
+    "AsyncCharacterTrie",
+    "AsyncTokenByteTrie",
+    "AsyncTokenCharacterTrie",
+    "CharacterTrie",
+    "CharacterTrieBase",
+    "InvalidVocabularyError",
+    "InvalidWeightsError",
+    "ParallelTokenCharacterTrie",
+    "ReferenceTokenCharacterTrie",
+    "TokenByteTrie",
+    "TokenCharacterTrie",
+    "TorchTokenCharacterTrie",
+    "TrieMode",
+    "VocabularyTypeError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'genlm_core.trie' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from genlm_core.trie.async_trie import AsyncTokenByteTrie, AsyncTokenCharacterTrie
+    from genlm_core.trie.base import CharacterTrieBase
+    from genlm_core.trie.byte_trie import TokenByteTrie, TrieMode
+    from genlm_core.trie.cpu import ParallelTokenCharacterTrie, TokenCharacterTrie
+    from genlm_core.trie.errors import (
+        InvalidVocabularyError,
+        InvalidWeightsError,
+        VocabularyTypeError,
+    )
+    from genlm_core.trie.protocols import AsyncCharacterTrie, CharacterTrie
+    from genlm_core.trie.reference import ReferenceTokenCharacterTrie
+    from genlm_core.trie.torch_trie import TorchTokenCharacterTrie

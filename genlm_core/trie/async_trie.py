@@ -1,0 +1,226 @@
+"""``AsyncTokenCharacterTrie``: concurrent ``await weight_sum(ws)`` calls, batched.
+
+Each request becomes one key of a :class:`~genlm_core.batching.AutoBatcher`; the
+batch function groups the keys by operation and makes one ``batch_weight_sum`` /
+``batch_weight_max`` call per group, in the batcher's worker thread (the numba
+kernels release the GIL, so the event loop keeps running meanwhile).
+
+Failures: an error of the batch (the trie raised) reaches every caller of that
+batch, and the next batch runs normally. Bad input of one caller (NaN, wrong
+shape) fails only that caller: the group is then recomputed request by request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from genlm_core.batching import AutoBatcher
+from genlm_core.trie.errors import InvalidWeightsError
+from genlm_core.trie.protocols import CharacterTrie
+
+__all__ = ["AsyncTokenByteTrie", "AsyncTokenCharacterTrie"]
+
+
+class _Request:
+    """One caller's request. Hashed by identity: weights are not hashable."""
+
+    __slots__ = ("op", "ws")
+
+    def __init__(self, op: Hashable, ws: Any) -> None:
+        self.op = op
+        self.ws = ws
+
+
+class AsyncTokenCharacterTrie:
+    """Batch concurrent ``weight_sum``/``weight_max`` requests over one trie.
+
+    Args:
+        trie: Any :class:`~genlm_core.trie.protocols.CharacterTrie` (e.g. a
+            :class:`~genlm_core.trie.TokenCharacterTrie`).
+        max_batch_size: Most distributions computed in one batch call.
+        max_wait: Seconds the first request of a batch may wait for company; by
+            default a batch is dispatched once every runnable caller has queued.
+
+    Example::
+
+        trie = AsyncTokenCharacterTrie.from_vocab(lm.byte_vocab)
+        masses = await asyncio.gather(*(trie.weight_sum(p) for p in probs))
+        await trie.cleanup()
+    """
+
+    def __init__(self, trie: CharacterTrie, *, max_batch_size: int = 64, max_wait: float = 0.0):
+        self.trie = trie
+        self.max_batch_size = max_batch_size
+        self.max_wait = max_wait
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AutoBatcher] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @classmethod
+    def from_vocab(
+        cls, vocab: Sequence[Any], backend: str | None = None, **kwargs: Any
+    ) -> AsyncTokenCharacterTrie:
+        """Build a trie over ``vocab`` with a registered implementation and wrap it.
+
+        Args:
+            vocab: The vocabulary (``lm.byte_vocab``).
+            backend: A registered trie name (``genlm backends`` lists them: ``numba``,
+                ``reference``, ``torch-cuda``, and genlm-backend's ``sequential`` and
+                ``parallel``), or None for the best available one.
+            **kwargs: Passed to the trie's constructor (e.g. ``device=``).
+
+        Returns:
+            The asynchronous trie.
+
+        Raises:
+            UnknownBackendError: No implementation is registered as ``backend``.
+            BackendUnavailableError: It is registered but cannot run here.
+        """
+        from genlm_core.plugins import TrieRegistry, get_plugin_manager
+
+        registration = TrieRegistry(get_plugin_manager()).pick("character", backend)
+        return cls(registration.spec.load()(vocab, **kwargs))
+
+    async def weight_sum(self, ws: Any) -> np.ndarray:
+        """Queue a ``weight_sum``; concurrent calls are computed as one batch.
+
+        Args:
+            ws: One weight per vocabulary entry, shape ``(len(trie.decode),)``.
+
+        Returns:
+            Node-indexed sums, shape ``(len(trie.children),)``.
+        """
+        return await self._submit("sum", ws)
+
+    async def weight_max(self, ws: Any) -> np.ndarray:
+        """Queue a ``weight_max``; concurrent calls are computed as one batch.
+
+        Args:
+            ws: One weight per vocabulary entry, shape ``(len(trie.decode),)``.
+
+        Returns:
+            Node-indexed maxima, shape ``(len(trie.children),)``.
+        """
+        return await self._submit("max", ws)
+
+    async def cleanup(self) -> None:
+        """Stop batching: queued requests fail, the running batch finishes.
+
+        Idempotent. A later request starts a fresh batcher, as in genlm-backend.
+        """
+        batchers = list(self._batchers.values())
+        self._batchers.clear()
+        for batcher in batchers:
+            await batcher.aclose()
+
+    def shutdown(self) -> None:
+        """Synchronous :meth:`cleanup` (does not wait for the running batch)."""
+        batchers = list(self._batchers.values())
+        self._batchers.clear()
+        for batcher in batchers:
+            batcher.close()
+
+    async def _submit(self, op: Hashable, ws: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None:
+            batcher = self._batchers[loop] = AutoBatcher(
+                self._run_batch,
+                max_batch_size=self.max_batch_size,
+                max_wait=self.max_wait,
+                name=f"{type(self).__name__}({type(self.trie).__name__})",
+            )
+        result = await batcher.submit(_Request(op, ws))
+        if isinstance(result, InvalidWeightsError):
+            raise result
+        return result
+
+    def _compute(self, op: Hashable, batch: list[Any]) -> Any:
+        """One batch call of the trie for requests of operation ``op``."""
+        if op == "sum":
+            return self.trie.batch_weight_sum(batch)
+        return self.trie.batch_weight_max(batch)
+
+    def _run_batch(self, requests: list[_Request]) -> list[Any]:
+        results: list[Any] = [None] * len(requests)
+        groups: dict[Hashable, list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault(r.op, []).append(i)
+        for op, idx in groups.items():
+            try:
+                masses = self._compute(op, [requests[i].ws for i in idx])
+            except InvalidWeightsError:
+                if len(idx) == 1:
+                    raise
+                masses = [self._one(op, requests[i].ws) for i in idx]
+            for i, m in zip(idx, masses, strict=True):
+                results[i] = m
+        return results
+
+    def _one(self, op: Hashable, ws: Any) -> Any:
+        try:
+            return self._compute(op, [ws])[0]
+        except InvalidWeightsError as exc:
+            return exc
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.trie!r})"
+
+
+class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
+    """genlm-bytes' ``AsyncTokenByteTrie``: batches requests per (operation, mode).
+
+    Args:
+        trie: A :class:`~genlm_core.trie.byte_trie.TokenByteTrie`.
+        max_batch_size: Most distributions computed in one batch call.
+        max_wait: Seconds the first request of a batch may wait for company.
+    """
+
+    @classmethod
+    def from_vocab(
+        cls, vocab: Sequence[Any], backend: str | None = None, **kwargs: Any
+    ) -> AsyncTokenByteTrie:
+        """Build a byte trie over ``vocab`` (e.g. with ``eos_byte_strings=``) and wrap it.
+
+        Args:
+            vocab: Tokens (``lm.byte_vocab``).
+            backend: A registered byte-trie name, or None for the best available.
+            **kwargs: Passed to the trie's constructor.
+
+        Raises:
+            UnknownBackendError: No implementation is registered as ``backend``.
+            BackendUnavailableError: It is registered but cannot run here.
+        """
+        from genlm_core.plugins import TrieRegistry, get_plugin_manager
+
+        registration = TrieRegistry(get_plugin_manager()).pick("byte", backend)
+        return cls(registration.spec.load()(vocab, **kwargs))
+
+    async def weight_sum(self, ws: Any, mode: Any = None) -> Any:  # type: ignore[override]
+        """Queue a ``weight_sum`` in ``mode`` (default ``TrieMode.WITHOUT_EOS``).
+
+        Returns:
+            Float32 tensor of shape ``(num_nodes,)``.
+        """
+        from genlm_core.trie.byte_trie import TrieMode
+
+        return await self._submit(("sum", mode or TrieMode.WITHOUT_EOS), ws)
+
+    async def weight_max(self, ws: Any) -> Any:
+        """Queue a ``weight_max``.
+
+        Returns:
+            Float32 tensor of shape ``(num_nodes,)``.
+        """
+        return await self._submit(("max", None), ws)
+
+    def _compute(self, op: Hashable, batch: list[Any]) -> Any:
+        kind, mode = op  # type: ignore[misc]
+        if kind == "sum":
+            return self.trie.batch_weight_sum(batch, mode=mode)
+        return self.trie.batch_weight_max(batch)

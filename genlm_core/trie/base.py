@@ -1,0 +1,243 @@
+"""What every character trie of this package shares: structure, views, checks.
+
+Subclasses build the flat structure (:meth:`CharacterTrieBase._build`) and fill
+node masses (:meth:`CharacterTrieBase._fill`); this class turns them into
+genlm-backend's API: ``weight_sum``/``weight_max`` and their batch forms, the
+dict-shaped attributes (``children``, ``word2leaf``, ``leaf2word``,
+``node2prefix``), built lazily, and ``visualize``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from genlm_core.trie._build import TrieArrays
+from genlm_core.trie.errors import InvalidVocabularyError
+from genlm_core.trie.views import ChildrenView, PrefixView
+from genlm_core.trie.vocab import OTHER, PLAIN_BYTES, TOKEN, EncodedVocab, encode_vocab, word_key
+from genlm_core.trie.weights import as_batch, as_vector, nan_error
+
+__all__ = ["CharacterTrieBase"]
+
+
+class CharacterTrieBase:
+    """A trie over a vocabulary; node ``v``'s mass aggregates the tokens below ``v``.
+
+    Args:
+        decode: The vocabulary: entry ``i`` gets weight ``ws[i]``. Tokens
+            (``genlm_core.tokenization.Token`` or genlm-backend's), plain ``bytes``
+            (deprecated) or other iterables of hashable letters (e.g. an EOS marker).
+            Entries with equal bytes get a leaf each.
+
+    Raises:
+        InvalidVocabularyError: An entry is not iterable, or two entries have the
+            same ``word2leaf`` key (the same Token twice, equal plain bytes, ...).
+    """
+
+    #: dtype of the returned masses.
+    out_dtype: ClassVar[type] = np.float64
+
+    def __init__(self, decode: Sequence[Any]) -> None:
+        self.decode = decode
+        self._vocab: EncodedVocab = encode_vocab(decode)
+        self._arrays: TrieArrays = self._build(self._vocab)
+        self._check_duplicates()
+        self.root: int = self._arrays.root
+
+    # -- hooks ----------------------------------------------------------------------
+
+    def _build(self, vocab: EncodedVocab) -> TrieArrays:
+        raise NotImplementedError
+
+    def _fill(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Masses of every row of ``ws`` (B, V).
+
+        Returns:
+            ``(masses (B, N) of out_dtype, bad (B,))`` where ``bad[b]`` is the first
+            vocabulary position of row ``b`` whose weight is NaN, or -1.
+        """
+        raise NotImplementedError
+
+    def _fill_one(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, int]:
+        masses, bad = self._fill(op, ws[None, :])
+        return masses[0], int(bad[0])
+
+    # -- public API -----------------------------------------------------------------
+
+    def weight_sum(self, ws: Any) -> np.ndarray:
+        """Mass of every node: the sum of the weights of the vocabulary entries below it.
+
+        Args:
+            ws: One weight per entry of ``decode``, shape ``(len(decode),)``: a NumPy
+                array or torch tensor (any device) of floats.
+
+        Returns:
+            Node-indexed sums, shape ``(len(children),)``.
+
+        Raises:
+            InvalidWeightsError: Wrong shape, dimension or dtype, or a NaN weight.
+        """
+        return self._one("sum", "weight_sum", ws)
+
+    def weight_max(self, ws: Any) -> np.ndarray:
+        """Max weight of the vocabulary entries below every node.
+
+        Correct for log-space weights: an inner node starts from -inf, not 0.
+
+        Args:
+            ws: One weight per entry of ``decode``, shape ``(len(decode),)``.
+
+        Returns:
+            Node-indexed maxima, shape ``(len(children),)``.
+
+        Raises:
+            InvalidWeightsError: Wrong shape, dimension or dtype, or a NaN weight.
+        """
+        return self._one("max", "weight_max", ws)
+
+    def batch_weight_sum(self, ws: Any) -> np.ndarray:
+        """:meth:`weight_sum` of a batch of distributions, computed together.
+
+        Args:
+            ws: Shape ``(batch, len(decode))``, or a sequence of weight vectors.
+
+        Returns:
+            Shape ``(batch, len(children))``.
+
+        Raises:
+            InvalidWeightsError: Wrong shape, dimension or dtype, or a NaN weight.
+        """
+        return self._many("sum", "weight_sum", ws)
+
+    def batch_weight_max(self, ws: Any) -> np.ndarray:
+        """:meth:`weight_max` of a batch of distributions, computed together.
+
+        Args:
+            ws: Shape ``(batch, len(decode))``, or a sequence of weight vectors.
+
+        Returns:
+            Shape ``(batch, len(children))``.
+
+        Raises:
+            InvalidWeightsError: Wrong shape, dimension or dtype, or a NaN weight.
+        """
+        return self._many("max", "weight_max", ws)
+
+    def visualize(self, ws: Any = None) -> Any:
+        """A ``graphviz.Digraph`` of the trie (needs ``pip install graphviz``).
+
+        Args:
+            ws: Optional node-indexed values to show, e.g. ``weight_sum``'s result.
+        """
+        from genlm_core.trie.visualize import visualize
+
+        return visualize(self, ws)
+
+    # -- structure ------------------------------------------------------------------
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes, leaves included (``len(children)``)."""
+        return self._arrays.num_nodes
+
+    @property
+    def parent(self) -> np.ndarray:
+        """``parent[node]`` (int32, read-only); -1 for the root. Always ``parent[v] > v``."""
+        return self._arrays.parent
+
+    @property
+    def token_leaf(self) -> np.ndarray:
+        """``token_leaf[i]``: the leaf node of ``decode[i]`` (int32, read-only)."""
+        return self._arrays.token_leaf
+
+    @functools.cached_property
+    def idx_to_leaf(self) -> np.ndarray:
+        """``(position, leaf)`` rows for every vocabulary entry (int32), as genlm-backend."""
+        n = len(self._arrays.token_leaf)
+        return np.stack([np.arange(n, dtype=np.int32), self._arrays.token_leaf], axis=1)
+
+    @functools.cached_property
+    def children(self) -> ChildrenView:
+        """``children[node]``: dict edge -> child. Leaf edges are keyed ``(None, i)``."""
+        a = self._arrays
+        return ChildrenView(a.child_ptr, a.child_idx, a.label, a.leaf_token, self._vocab.letter)
+
+    @functools.cached_property
+    def node2prefix(self) -> PrefixView:
+        """``node2prefix[node]``: list of the letters from the root to ``node``."""
+        return PrefixView(self._arrays.parent, self._arrays.label, self._vocab.letter)
+
+    @functools.cached_property
+    def word2leaf(self) -> dict[Hashable, int]:
+        """Word key -> leaf: ``(bytes, token_id)`` for a Token, the entry itself otherwise."""
+        vocab = self._vocab
+        leaves = self._arrays.token_leaf.tolist()
+        if vocab.kinds is None:
+            return {
+                (bytes(t), t.token_id): leaf for t, leaf in zip(self.decode, leaves, strict=True)
+            }
+        return {
+            word_key(item, vocab.kind(i)): leaf
+            for i, (item, leaf) in enumerate(zip(self.decode, leaves, strict=True))
+        }
+
+    @functools.cached_property
+    def leaf2word(self) -> dict[int, Hashable]:
+        """Leaf -> word key (the inverse of :attr:`word2leaf`)."""
+        return {leaf: word for word, leaf in self.word2leaf.items()}
+
+    # -- internals ------------------------------------------------------------------
+
+    def _check_duplicates(self) -> None:
+        # The builder reports neighbours with equal words in sorted order: (a, b),
+        # (b, c), ... Within each run of equal words, word2leaf keys must differ.
+        runs: list[list[int]] = []
+        for i, j in self._arrays.duplicates.tolist():
+            if runs and runs[-1][-1] == i:
+                runs[-1].append(j)
+            else:
+                runs.append([i, j])
+        vocab = self._vocab
+        for run in runs:
+            seen: dict[Hashable, int] = {}
+            for pos in run:
+                kind = vocab.kind(pos)
+                key = (kind, word_key(self.decode[pos], kind))
+                first = seen.setdefault(key, pos)
+                if first == pos:
+                    continue
+                hint = {
+                    TOKEN: "the same Token appears twice",
+                    PLAIN_BYTES: "plain bytes must be unique; pass Tokens (decode_vocab) "
+                    "so several token ids may spell the same bytes",
+                    OTHER: "entries must be unique",
+                }[kind]
+                raise InvalidVocabularyError(
+                    f"duplicate vocabulary entry: decode[{pos}] = {self.decode[pos]!r} "
+                    f"repeats decode[{first}] = {self.decode[first]!r}; {hint}"
+                )
+
+    def _one(self, op: str, what: str, ws: Any) -> np.ndarray:
+        arr = as_vector(ws, len(self._arrays.token_leaf), what)
+        masses, bad = self._fill_one(op, arr)
+        if bad >= 0:
+            raise nan_error(what, bad, self.decode[bad])
+        return masses
+
+    def _many(self, op: str, what: str, ws: Any) -> np.ndarray:
+        arr = as_batch(ws, len(self._arrays.token_leaf), what)
+        if arr.shape[0] == 0:
+            return np.empty((0, self.num_nodes), dtype=self.out_dtype)
+        masses, bad = self._fill(op, arr)
+        rows = np.flatnonzero(bad >= 0)
+        if rows.size:
+            row = int(rows[0])
+            raise nan_error(f"batch_{what}", int(bad[row]), self.decode[int(bad[row])], row)
+        return masses
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self.decode)} entries, {self.num_nodes} nodes)"

@@ -1,0 +1,108 @@
+"""The default tries: flat arrays and numba kernels on the CPU.
+
+``TokenCharacterTrie`` and ``ParallelTokenCharacterTrie`` keep genlm-backend
+0.3.1's names, signatures, node numbering and result types; both share one
+implementation here (the "parallel" one only differs in returning float32, as
+genlm-backend's did, and in moving to :mod:`genlm_core.trie.torch_trie` when given
+a CUDA device).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from genlm_core.trie import _kernels
+from genlm_core.trie._build import TrieArrays, build_trie_arrays, plan_masses
+from genlm_core.trie.base import CharacterTrieBase
+from genlm_core.trie.vocab import EncodedVocab
+
+__all__ = ["ParallelTokenCharacterTrie", "TokenCharacterTrie"]
+
+
+class TokenCharacterTrie(CharacterTrieBase):
+    """Token weights -> masses of every prefix, on the CPU (numba).
+
+    Built from sorted words in flat arrays (no Python object per node); node masses
+    come from exact float64 kernels; the rows of a batch are spread over the cores.
+    Node numbering, ``children``, ``word2leaf``, ``leaf2word`` and ``node2prefix``
+    are genlm-backend 0.3.1's, so its results index the same way.
+
+    Args:
+        decode: The vocabulary; entry ``i`` gets weight ``ws[i]``. See
+            :class:`~genlm_core.trie.base.CharacterTrieBase`.
+
+    Example::
+
+        trie = TokenCharacterTrie(lm.byte_vocab)
+        mass = trie.weight_sum(np.exp(logprobs))   # mass[trie.root] == 1.0
+    """
+
+    def _build(self, vocab: EncodedVocab) -> TrieArrays:
+        arrays = build_trie_arrays(vocab.codes, vocab.offsets)
+        self._plan = plan_masses(arrays)
+        return arrays
+
+    def _fill_one(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, int]:
+        return _kernels.fill_one(self._plan, op, ws, self.out_dtype)
+
+    def _fill(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _kernels.fill_batch(self._plan, op, ws, self.out_dtype)
+
+
+class ParallelTokenCharacterTrie(TokenCharacterTrie):
+    """genlm-backend's ``ParallelTokenCharacterTrie``: masses as float32.
+
+    On the CPU (``device`` None or ``"cpu"`` when no GPU is usable) this is the
+    numba implementation, computing in float64 and rounding once; with
+    ``device="cuda"`` it returns a :class:`~genlm_core.trie.torch_trie.TorchTokenCharacterTrie`.
+
+    Args:
+        decode: The vocabulary; entry ``i`` gets weight ``ws[i]``.
+        device: ``None`` (a CUDA GPU if torch sees one, else the CPU), ``"cpu"`` or
+            ``"cuda"``.
+
+    Raises:
+        ValueError: ``device`` is not None, ``"cpu"`` or ``"cuda"``.
+        BackendUnavailableError: ``device="cuda"`` but torch sees no CUDA GPU.
+    """
+
+    out_dtype = np.float32
+
+    def __new__(cls, decode: Sequence[Any], device: str | None = None, **kwargs: Any) -> Any:
+        """Hand CUDA devices to the torch implementation, as genlm-backend ran on the GPU."""
+        if _resolve_device(device) == "cuda" and cls is ParallelTokenCharacterTrie:
+            from genlm_core.trie.torch_trie import TorchTokenCharacterTrie
+
+            return TorchTokenCharacterTrie(decode, device="cuda", **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, decode: Sequence[Any], device: str | None = None) -> None:
+        self.device = _resolve_device(device)
+        super().__init__(decode)
+
+
+def _resolve_device(device: str | None) -> str:
+    if device is None:
+        from genlm_core.plugins import has_nvidia_gpu
+
+        if has_nvidia_gpu():
+            import torch
+
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"invalid device {device!r}: must be 'cpu', 'cuda' or None")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            from genlm_core.errors import BackendUnavailableError
+
+            raise BackendUnavailableError(
+                f"device='cuda' was requested but torch {torch.__version__} sees no CUDA GPU; "
+                f"pass device='cpu' (or None to pick automatically)"
+            )
+    return device
