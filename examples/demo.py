@@ -85,7 +85,9 @@ async def autobatched_sis(n_particles: int, lm, masking_function, prompt_ids, se
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="model name or local dir")
-    parser.add_argument("--backend", default=None, help="backend name (default: automatic, else mock)")
+    parser.add_argument(
+        "--backend", default=None, help="backend name (default: automatic, else mock)"
+    )
     parser.add_argument("--prompt", default="Montreal is")
     parser.add_argument("--particles", type=int, default=10)
     parser.add_argument("--max-tokens", type=int, default=10)
@@ -106,8 +108,10 @@ def main() -> int:
     lm = load_model_by_name(model, backend=backend)
     print(f"Loaded in {time.perf_counter() - t0:.1f} s ({len(lm.byte_vocab)} tokens)")
     if backend == "mock":
-        print("(mock backend: deterministic pseudo-random log-probs over the real GPT-2 "
-              "tokenizer; the text is not meaningful, the sampler and batching are real)")
+        print(
+            "(mock backend: deterministic pseudo-random log-probs over the real GPT-2 "
+            "tokenizer; the text is not meaningful, the sampler and batching are real)"
+        )
 
     mask = make_masking_function(lm, args.max_token_length, args.max_tokens)
     prompt_ids = lm.tokenizer.encode(args.prompt)
@@ -122,8 +126,10 @@ def main() -> int:
     strings = [lm.tokenizer.decode(p.context) for p in particles]
     log_weights = torch.tensor([p.log_weight for p in particles])
     probs = torch.exp(log_weights - log_weights.logsumexp(dim=-1))
-    print(f"\nPrompt: {args.prompt!r}; {args.particles} particles, {calls} log-prob calls "
-          f"in {elapsed:.2f} s" + (f", batched into {len(batches)} forward calls" if batches else ""))
+    print(
+        f"\nPrompt: {args.prompt!r}; {args.particles} particles, {calls} log-prob calls "
+        f"in {elapsed:.2f} s" + (f", batched into {len(batches)} forward calls" if batches else "")
+    )
     for s, p in sorted(zip(strings, probs.tolist(), strict=True), key=lambda x: -x[1]):
         print(f"{s!r} (probability: {p:.4f})")
     return 0

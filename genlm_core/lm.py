@@ -281,8 +281,12 @@ class AsyncLMBase(ABC):
             await asyncio.gather(
                 *(
                     self.sample(
-                        ids, max_tokens, eos, temperature,
-                        None if seed is None else seed + i, lora_name,
+                        ids,
+                        max_tokens,
+                        eos,
+                        temperature,
+                        None if seed is None else seed + i,
+                        lora_name,
                     )
                     for i, ids in enumerate(prompt_token_ids_list)
                 )
@@ -291,7 +295,7 @@ class AsyncLMBase(ABC):
 
     # -- lifecycle --------------------------------------------------------------
 
-    def clear_cache(self) -> None:
+    def clear_cache(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Drop cached outputs. The base class caches nothing."""
 
     def _check_open(self) -> None:
@@ -504,7 +508,10 @@ def _sampling_args(
             f"take argmax of next_token_logprobs instead"
         )
     if isinstance(eos_token_ids, int):
-        raise ValueError(f"eos_token_ids must be a list of ints, got the int {eos_token_ids}; wrap it: [{eos_token_ids}]")
+        raise ValueError(
+            f"eos_token_ids must be a list of ints, got the int {eos_token_ids}; "
+            f"wrap it: [{eos_token_ids}]"
+        )
     eos = frozenset(int(t) for t in eos_token_ids)
     generator = None
     if seed is not None:

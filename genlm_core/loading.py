@@ -33,7 +33,9 @@ def _registry(plugin_manager: GenlmPluginManager | None) -> BackendRegistry:
     return BackendRegistry(plugin_manager or get_plugin_manager())
 
 
-def list_backends(plugin_manager: GenlmPluginManager | None = None) -> list[Registered[BackendSpec]]:
+def list_backends(
+    plugin_manager: GenlmPluginManager | None = None,
+) -> list[Registered[BackendSpec]]:
     """Every registered backend, highest priority first (available or not)."""
     return _registry(plugin_manager).all()
 

@@ -14,6 +14,6 @@ def genlm_register_backends(register):
             loader="genlm_core.testing.mock:MockAsyncLM.from_name",
             priority=-100,
             auto=False,
-            description="Deterministic pseudo-random log-probs over a real tokenizer (tests, demos)",
+            description="Deterministic pseudo-random log-probs over a real tokenizer (tests)",
         )
     )

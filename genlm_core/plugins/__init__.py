@@ -6,7 +6,7 @@ A backend plugin is a module with a ``genlm_register_backends`` hook::
 
     @hookimpl
     def genlm_register_backends(register):
-        register(BackendSpec(name="uniform", loader="genlm_uniform:UniformLM.from_name", auto=False))
+        register(BackendSpec(name="uniform", loader="genlm_uniform:UniformLM.from_name"))
 
 declared in the plugin's ``pyproject.toml``::
 

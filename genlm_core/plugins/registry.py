@@ -75,7 +75,9 @@ class _Registry(Generic[S]):
     def __init__(self, plugin_manager: GenlmPluginManager) -> None:
         self.plugin_manager = plugin_manager
 
-    def _collect(self) -> tuple[dict[str, Registered[S]], dict[str, list[Registered[S]]], list[BrokenPlugin]]:
+    def _collect(
+        self,
+    ) -> tuple[dict[str, Registered[S]], dict[str, list[Registered[S]]], list[BrokenPlugin]]:
         pm = self.plugin_manager
         by_name: dict[str, list[Registered[S]]] = {}
         broken: list[BrokenPlugin] = []
@@ -94,7 +96,10 @@ class _Registry(Generic[S]):
             except Exception as exc:
                 broken.append(
                     BrokenPlugin(
-                        impl.plugin_name, self.hook_name, origin.distribution, origin.version,
+                        impl.plugin_name,
+                        self.hook_name,
+                        origin.distribution,
+                        origin.version,
                         f"{type(exc).__name__}: {exc}",
                     )
                 )
@@ -156,7 +161,9 @@ class _Registry(Generic[S]):
             )
         skipped = self.plugin_manager.skipped
         if skipped:
-            lines.append("Disabled plugins: " + ", ".join(f"{n} ({why})" for n, why in skipped) + ".")
+            lines.append(
+                "Disabled plugins: " + ", ".join(f"{n} ({why})" for n, why in skipped) + "."
+            )
         hint = self._install_hint(name)
         if hint:
             lines.append(hint)
@@ -235,5 +242,3 @@ class TrieRegistry(_Registry[TrieSpec]):
         raise BackendUnavailableError(
             f"no available {kind} trie implementation:\n{self.diagnosis()}"
         )
-
-

@@ -85,7 +85,9 @@ def resolve_loader(loader: str | Callable[..., Any], *, what: str) -> Callable[.
                 f"(loader {loader!r}); fix the loader string in the plugin's spec"
             ) from exc
     if not callable(obj):
-        raise BackendContractError(f"{what}: loader {loader!r} names {obj!r}, which is not callable")
+        raise BackendContractError(
+            f"{what}: loader {loader!r} names {obj!r}, which is not callable"
+        )
     return obj
 
 

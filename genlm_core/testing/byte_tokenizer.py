@@ -18,7 +18,9 @@ EOS = "<|endoftext|>"
 @cache
 def _byte_level_alphabet() -> list[str]:
     """GPT-2's printable stand-in character for each byte, in byte order."""
-    visible = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    visible = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    )
     chars = {b: chr(b) for b in visible}
     extra = 0
     for b in range(256):

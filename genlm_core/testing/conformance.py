@@ -91,7 +91,9 @@ class AsyncLMConformance:
         assert batch.shape == (len(prompts), len(lm.byte_vocab))
         lm.clear_cache()
         for row, ids in zip(batch, prompts, strict=True):
-            torch.testing.assert_close(row, lm.next_token_logprobs_sync(ids), atol=self.atol, rtol=0)
+            torch.testing.assert_close(
+                row, lm.next_token_logprobs_sync(ids), atol=self.atol, rtol=0
+            )
             lm.clear_cache()
 
     def test_batch_sync_equals_async(self, lm: Any, prompts: list[list[int]]) -> None:
@@ -105,13 +107,17 @@ class AsyncLMConformance:
         concurrent = await asyncio.gather(*(lm.next_token_logprobs(ids) for ids in requests))
         lm.clear_cache()
         for ids, out in zip(requests, concurrent, strict=True):
-            torch.testing.assert_close(out, await lm.next_token_logprobs(ids), atol=self.atol, rtol=0)
+            torch.testing.assert_close(
+                out, await lm.next_token_logprobs(ids), atol=self.atol, rtol=0
+            )
             lm.clear_cache()
 
     async def test_deterministic(self, lm: Any, prompts: list[list[int]]) -> None:
         first = await lm.next_token_logprobs(prompts[2])
         lm.clear_cache()
-        torch.testing.assert_close(first, await lm.next_token_logprobs(prompts[2]), atol=self.atol, rtol=0)
+        torch.testing.assert_close(
+            first, await lm.next_token_logprobs(prompts[2]), atol=self.atol, rtol=0
+        )
 
     # -- robustness ---------------------------------------------------------------
 
@@ -122,11 +128,15 @@ class AsyncLMConformance:
         await asyncio.sleep(0)  # let them queue
         tasks[0].cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
-        assert isinstance(results[0], asyncio.CancelledError) or isinstance(results[0], torch.Tensor)
+        assert isinstance(results[0], asyncio.CancelledError) or isinstance(
+            results[0], torch.Tensor
+        )
         for ids, out in zip(prompts[1:], results[1:], strict=True):
             assert isinstance(out, torch.Tensor), out
             lm.clear_cache()
-            torch.testing.assert_close(out, lm.next_token_logprobs_sync(ids), atol=self.atol, rtol=0)
+            torch.testing.assert_close(
+                out, lm.next_token_logprobs_sync(ids), atol=self.atol, rtol=0
+            )
         # and the model still works afterwards
         assert (await lm.next_token_logprobs(prompts[0])).shape == (len(lm.byte_vocab),)
 
@@ -171,7 +181,9 @@ class AsyncLMConformance:
         b = await lm.sample(prompts[2], max_tokens=5, eos_token_ids=[], temperature=1.0, seed=7)
         assert a == b and len(a) == 5
         assert all(0 <= t < len(lm.byte_vocab) for t in a)
-        many = await lm.batch_sample([prompts[0], prompts[1]], max_tokens=3, eos_token_ids=[], seed=1)
+        many = await lm.batch_sample(
+            [prompts[0], prompts[1]], max_tokens=3, eos_token_ids=[], seed=1
+        )
         assert len(many) == 2 and all(len(s) == 3 for s in many)
 
     async def test_sample_stops_at_eos(self, lm: Any, prompts: list[list[int]]) -> None:
@@ -196,4 +208,3 @@ class AsyncLMConformance:
             same.next_token_logprobs_sync(prompts[0])
         with pytest.raises(ModelClosedError):
             lm.next_token_logprobs_sync(prompts[0])
-

@@ -7,7 +7,10 @@ import sys
 def run_cli(*args, env=None):
     proc = subprocess.run(
         [sys.executable, "-m", "genlm_core", *args],
-        capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout

@@ -133,7 +133,11 @@ async def test_async_context_manager(tokenizer):
 
 def test_vocab_size_pads_logits_width(tokenizer):
     lm = MockAsyncLM(tokenizer, vocab_size=300)
-    assert len(lm.byte_vocab) == 300 and lm.byte_vocab[299] == b"" and lm.byte_vocab[299].token_id == 299
+    assert (
+        len(lm.byte_vocab) == 300
+        and lm.byte_vocab[299] == b""
+        and lm.byte_vocab[299].token_id == 299
+    )
     assert lm.next_token_logprobs_sync([299]).shape == (300,)
 
 
@@ -157,7 +161,9 @@ class Flaky(BatchedAsyncLM):
 async def test_error_reaches_every_caller_and_next_batch_works(tokenizer):
     lm = Flaky(tokenizer)
     results = await asyncio.gather(
-        lm.next_token_logprobs([1]), lm.next_token_logprobs([13]), lm.next_token_logprobs([2]),
+        lm.next_token_logprobs([1]),
+        lm.next_token_logprobs([13]),
+        lm.next_token_logprobs([2]),
         return_exceptions=True,
     )
     assert all(isinstance(r, RuntimeError) and "unlucky" in str(r) for r in results)

@@ -56,7 +56,9 @@ def _no_env_backend(monkeypatch):
 def test_highest_priority_available_auto_backend_wins(plugin_manager, register_plugin):
     register_plugin(
         backends_plugin(
-            spec("low", 10), spec("high", 90), spec("broken-high", 95, ok=False),
+            spec("low", 10),
+            spec("high", 90),
+            spec("broken-high", 95, ok=False),
             spec("manual", 99, auto=False),
         )
     )

@@ -6,12 +6,36 @@ import genlm_core.errors as errors
 import genlm_core.plugins as plugins
 
 EXPECTED = [
-    "AsyncLM", "AsyncLMBase", "AutoBatcher", "BackendContractError", "BackendUnavailableError",
-    "BatchSizeMismatchError", "BatchedAsyncLM", "BatcherClosedError", "DuplicateBackendError",
-    "GenlmError", "InvalidTokenIdsError", "MockAsyncLM", "ModelClosedError",
-    "NoBackendAvailableError", "OutputCache", "PluginLoadError", "Request", "Token",
-    "UnknownBackendError", "UnknownLoraError", "UnsupportedTokenizerError", "__version__",
-    "decode_vocab", "list_backends", "load_model_by_name", "resolve_backend",
+    "AsyncLM",
+    "AsyncLMBase",
+    "AutoBatcher",
+    "BackendContractError",
+    "BackendUnavailableError",
+    "BatchSizeMismatchError",
+    "BatchedAsyncLM",
+    "BatcherClosedError",
+    "DuplicateBackendError",
+    "GenlmError",
+    "InvalidTokenIdsError",
+    "MockAsyncLM",
+    "ModelClosedError",
+    "NoBackendAvailableError",
+    "OutputCache",
+    "PluginLoadError",
+    "Request",
+    "Token",
+    "UnknownBackendError",
+    "UnknownLoraError",
+    "UnsupportedTokenizerError",
+    "__version__",
+    "decode_vocab",
+    "list_backends",
+    "load_model_by_name",
+    "resolve_backend",
+    "InvalidArgumentError",
+    "TokenCharacterTrie",
+    "AsyncTokenCharacterTrie",
+    "TokenByteTrie",
 ]
 
 
@@ -34,7 +58,10 @@ def test_errors_share_one_root_and_a_builtin():
 
 
 def test_plugin_api_is_import_light():
-    code = "import genlm_core.plugins, sys; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    code = (
+        "import genlm_core.plugins, sys; "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 
