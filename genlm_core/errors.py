@@ -14,6 +14,7 @@ __all__ = [
     "BackendUnavailableError",
     "BatchSizeMismatchError",
     "BatcherClosedError",
+    "BatcherLoopError",
     "DuplicateBackendError",
     "GenlmError",
     "InvalidArgumentError",
@@ -60,6 +61,10 @@ class PluginLoadError(GenlmError, ImportError):
 
 class BatcherClosedError(GenlmError, RuntimeError):
     """A request reached an AutoBatcher after ``aclose()`` (or its event loop ended)."""
+
+
+class BatcherLoopError(GenlmError, RuntimeError):
+    """An AutoBatcher was used from an event loop other than the one it is bound to."""
 
 
 class BatchSizeMismatchError(GenlmError, RuntimeError):

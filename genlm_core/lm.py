@@ -386,9 +386,13 @@ class BatchedAsyncLM(AsyncLMBase):
     def _batch_fn(self, requests: list[Request]) -> list[torch.Tensor]:
         outs = list(self.compute_batch(requests))
         if len(outs) == len(requests):
-            for req, out in zip(requests, outs, strict=True):
+            for i, out in enumerate(outs):
                 self._check_output(out)
-                if self.cache is not None:
+                if out.untyped_storage().nbytes() > out.nbytes:
+                    # A row view would pin its whole batch in the cache and in callers.
+                    outs[i] = out = out.clone()
+            if self.cache is not None:
+                for req, out in zip(requests, outs, strict=True):
                     self.cache[req] = out
         return outs
 
