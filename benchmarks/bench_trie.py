@@ -8,7 +8,11 @@ For each vocabulary (GPT-2 50k, Llama-3 128k, Gemma-3 262k tokens):
 * ``weight_sum`` / ``weight_max`` of one distribution vs genlm-backend's
   sequential ``TokenCharacterTrie``;
 * ``batch_weight_sum`` / ``batch_weight_max`` of 32 distributions vs genlm-backend's
-  ``ParallelTokenCharacterTrie`` on the CPU (both return float32).
+  ``ParallelTokenCharacterTrie`` on the CPU (both return float32);
+* the memory-traffic bound of one ``weight_sum``: the bytes its kernel must read
+  (the weights and the schedule arrays it walks) and write (the node masses), over
+  this machine's single-thread memory bandwidth (a large NumPy copy, best of
+  several), and our measured time as a multiple of that bound.
 
 Prints medians over repeats of wall-clock and process CPU time (genlm-backend and
 genlm-core timed in alternating blocks, so both see the same machine load) and
@@ -77,6 +81,62 @@ def load_vocab(asset: str) -> list:
     return byte_vocab
 
 
+def measure_bandwidth(megabytes: int = 512, repeats: int = 10) -> float:
+    """Single-thread memory bandwidth in GB/s: a large NumPy copy, best of ``repeats``.
+
+    A copy reads the source and writes the destination, so it moves twice its size
+    (write-allocate traffic not counted, as in STREAM). One thread, like the
+    single-distribution kernel it bounds; both arrays are touched first so page
+    faults are not timed.
+    """
+    src = np.ones(megabytes * 2**20 // 8)
+    dst = np.zeros_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes / best / 1e9
+
+
+def weight_sum_traffic(trie, ws: np.ndarray) -> dict[str, int]:
+    """Bytes one ``weight_sum`` must move, counted from the arrays ``_kernels._fill_sum`` touches.
+
+    Read: the weights, ``token_src`` (where each weight goes), ``branch``,
+    ``branch_ptr``, ``branch_src`` (which sources each branch node adds) and
+    ``node_src`` (which source each node's mass is). Written: the masses (one float64
+    per node). The float64 scratch (one per source) is written and read back; it is
+    reported apart, not counted in the bound (it may stay in cache).
+    """
+    plan = trie._plan
+    structure = sum(
+        a.nbytes
+        for a in (plan.token_src, plan.branch, plan.branch_ptr, plan.branch_src, plan.node_src)
+    )
+    return {
+        "weights": ws.nbytes,
+        "structure": structure,
+        "masses": trie.num_nodes * np.dtype(trie.out_dtype).itemsize,
+        "scratch": plan.num_sources * 8,
+    }
+
+
+def report_memory_bound(ours, probs: np.ndarray, t: dict[str, float], bandwidth: float) -> dict:
+    traffic = weight_sum_traffic(ours, probs)
+    moved = traffic["weights"] + traffic["structure"] + traffic["masses"]
+    bound = moved / (bandwidth * 1e9)
+    ratio = t["ours_wall"] / bound
+    mb = {k: v / 1e6 for k, v in traffic.items()}
+    print(
+        f"  memory bound of weight_sum: read {mb['weights']:.2f} MB weights + "
+        f"{mb['structure']:.2f} MB structure, write {mb['masses']:.2f} MB masses = "
+        f"{moved / 1e6:.2f} MB at {bandwidth:.1f} GB/s = {fmt(bound).strip()}; ours "
+        f"{fmt(t['ours_wall']).strip()} = {ratio:.2f}x the bound (scratch {mb['scratch']:.2f} MB "
+        f"not counted)"
+    )
+    return {"bytes": moved, "bound": bound, "ratio": ratio}
+
+
 def fmt(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:8.2f} s "
@@ -96,7 +156,9 @@ def row(name: str, what: str, t: dict[str, float]) -> dict:
     return {"vocab": name, "what": what, "ratio": ratio, "cpu_ratio": cpu_ratio, **t}
 
 
-def bench_vocab(name: str, asset: str, args: argparse.Namespace) -> list[dict]:
+def bench_vocab(
+    name: str, asset: str, args: argparse.Namespace, bandwidth: float
+) -> tuple[list[dict], dict]:
     from genlm.backend.trie import ParallelTokenCharacterTrie as TheirParallel
     from genlm.backend.trie import TokenCharacterTrie as TheirTrie
 
@@ -126,6 +188,8 @@ def bench_vocab(name: str, asset: str, args: argparse.Namespace) -> list[dict]:
             args.repeats,
         )
         results.append(row(name, f"{op} (1 distribution)", t))
+        if op == "weight_sum":
+            bound = report_memory_bound(ours, probs, t, bandwidth)
 
     batch = rng.dirichlet(np.full(len(vocab), 0.3), size=args.batch).astype(np.float32)
     with warnings.catch_warnings():
@@ -139,7 +203,7 @@ def bench_vocab(name: str, asset: str, args: argparse.Namespace) -> list[dict]:
             args.batch_repeats,
         )
         results.append(row(name, f"{op} ({args.batch} distributions)", t))
-    return results
+    return results, {"vocab": name, **bound}
 
 
 def main() -> None:
@@ -159,9 +223,13 @@ def main() -> None:
         f"CPUs: {os.cpu_count()}; medians of {args.repeats} (single), {args.batch_repeats} "
         f"(batch), {args.build_repeats} (build) repeats"
     )
-    results = []
+    bandwidth = measure_bandwidth(repeats=3 if args.quick else 10)
+    print(f"memory bandwidth (1 thread, NumPy copy of 512 MiB, best): {bandwidth:.1f} GB/s")
+    results, bounds = [], []
     for name in args.vocabs:
-        results.extend(bench_vocab(name, VOCABS[name], args))
+        rows, bound = bench_vocab(name, VOCABS[name], args, bandwidth)
+        results.extend(rows)
+        bounds.append(bound)
     worst = min(results, key=lambda r: r["ratio"])
     print(
         f"\nsmallest wall-clock speed-up: {worst['ratio']:.1f}x ({worst['vocab']}, "
@@ -170,6 +238,13 @@ def main() -> None:
     worst = min(results, key=lambda r: r["cpu_ratio"])
     print(
         f"smallest CPU-time speed-up: {worst['cpu_ratio']:.1f}x ({worst['vocab']}, {worst['what']})"
+    )
+    print(
+        "weight_sum vs its memory-traffic bound: "
+        + ", ".join(
+            f"{b['vocab']} {b['bytes'] / 1e6:.1f} MB, {fmt(b['bound']).strip()}, {b['ratio']:.2f}x"
+            for b in bounds
+        )
     )
 
 

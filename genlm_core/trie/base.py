@@ -27,6 +27,13 @@ __all__ = ["CharacterTrieBase"]
 class CharacterTrieBase:
     """A trie over a vocabulary; node ``v``'s mass aggregates the tokens below ``v``.
 
+    A token is below every node whose prefix its bytes start with, so the mass of a
+    prefix is the weight of the tokens that spell it out (or more). An empty token
+    (``Token(i, b"")``: the id-range holes and logits padding of ``decode_vocab``)
+    starts with the empty prefix only: its leaf hangs directly below the root, and its
+    weight counts in the root's mass and in no byte's. As in genlm-backend; give holes
+    weight 0 (``-inf`` in log space) if the root's mass must equal its byte children's.
+
     Args:
         decode: The vocabulary: entry ``i`` gets weight ``ws[i]``. Tokens
             (``genlm_core.tokenization.Token`` or genlm-backend's), plain ``bytes``

@@ -48,6 +48,11 @@ class TrieMode(Enum):
 class TokenByteTrie:
     """Token weights (indexed by token id) -> masses of every byte prefix.
 
+    An empty token (``Token(i, b"")``: an id-range hole or logits padding from
+    ``decode_vocab``) is a leaf directly below the root; its weight counts in the
+    root's mass and in no byte's (as in genlm-bytes). Give holes weight 0 if the
+    root's mass must equal the sum over its byte children and ``eos_node``.
+
     Args:
         decode: Tokens (``decode_vocab``); plain bytes are deprecated and numbered by
             position. Token ids must be ``0 .. len(decode) - 1``, each once.

@@ -80,25 +80,6 @@ def test_matches_genlm_bytes_on_random_vocabularies(words, data):
     )
 
 
-def test_matches_genlm_bytes_on_gpt2():
-    from genlm.backend.tokenization import decode_vocab
-    from transformers import AutoTokenizer
-
-    from genlm_core.testing.assets import tokenizer_dir
-
-    vocab, _ = decode_vocab(AutoTokenizer.from_pretrained(tokenizer_dir("gpt2-npm")))
-    ws = torch.softmax(torch.randn(2, len(vocab), generator=torch.Generator().manual_seed(0)), -1)
-    ours = TokenByteTrie(vocab, eos_byte_strings={b"<|endoftext|>"})
-    theirs = TheirByteTrie(vocab, device="cpu", eos_byte_strings={b"<|endoftext|>"})
-    assert ours.eos_node == theirs.eos_node and ours.root == theirs.root
-    for node in range(0, ours.num_nodes, 97):
-        assert ours.children[node] == theirs.children[node]
-    for mode in TrieMode:
-        torch.testing.assert_close(
-            ours.batch_weight_sum(ws, mode), theirs.batch_weight_sum(ws, mode=TheirMode(mode.value))
-        )
-
-
 def test_with_eos_mode_moves_eos_mass_to_the_eos_node():
     vocab = [Token(0, b"a"), Token(1, b"ab"), Token(2, b"</s>"), Token(3, b"b")]
     trie = TokenByteTrie(vocab, eos_byte_strings={b"</s>"}, atomic_byte_strings=[b"</s>"])
