@@ -2,11 +2,38 @@
 
 Installing this distribution registers the ``hf`` backend through the
 ``genlm.backends`` entry point (see :mod:`genlm_hf._plugin`); load it with
-``genlm_core.load_model_by_name(name, backend="hf")``.
+``genlm_core.load_model_by_name(name, backend="hf")`` or use
+:class:`AsyncTransformer` directly. Names load lazily so that the entry-point
+module never imports torch or transformers.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+_EXPORTS = {
+    "AsyncTransformer": "genlm_hf.lm",
+    "PrefixKVCache": "genlm_hf.kvcache",
+    "KVCacheStats": "genlm_hf.kvcache",
+    "ModelLoadError": "genlm_hf.errors",
+    "MissingDependencyError": "genlm_hf.errors",
+}
+
+__all__ = [
+    "AsyncTransformer",
+    "KVCacheStats",
+    "MissingDependencyError",
+    "ModelLoadError",
+    "PrefixKVCache",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'genlm_hf' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,420 @@
+"""One batched forward over the new tokens of many requests, with their cached pasts.
+
+Layout of a batch of ``B`` rows, past width ``P`` (longest cached prefix) and new width
+``N`` (most new tokens)::
+
+    row i:  [ zeros (P - p_i) | cached past (p_i) | new tokens (n_i) | pad (N - n_i) ]
+            <--------------- past slots --------> <-------- input slots -------->
+
+* The past is **left**-padded, so every row's past ends at slot ``P`` and the new
+  tokens of all rows start together. Padding slots are zeros (finite: a masked slot
+  gets weight 0, and ``0 * nan`` would still poison the row) and masked out.
+* The new tokens are **right**-padded, so no query row is ever fully masked (a pad
+  query sees the real tokens before it) and pads are invisible to real tokens by
+  causality alone. Logits are taken per row at its last real token
+  (``logits_to_keep`` of shape ``(B, 1)``): the vocabulary projection runs on ``B``
+  positions, not ``B * N``.
+* Position ids are explicit (``p_i + j``), right for absolute-position models (GPT-2)
+  and rotary ones (Llama) alike; cached keys were rotated at their own positions, so
+  shifting them to other slots changes nothing.
+
+Minimal copying: all layers' keys and values live in one preallocated buffer of shape
+``(2 * layers, B, heads, P + N, head_dim)``. Each cached segment is copied into it once;
+the model writes its new keys and values in place (:class:`_SlotLayer`, instead of
+``DynamicCache``'s concatenation per layer and step); storing a row's new positions
+back into the prefix cache is one slice of that buffer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
+
+from genlm_hf.kvcache import Run
+
+__all__ = [
+    "KVLayout",
+    "Row",
+    "Workspace",
+    "plan_groups",
+    "probe_layout",
+    "run_group",
+    "shared_prefixes",
+]
+
+try:  # transformers >= 5.x: ``logits_to_keep`` may be a (batch, k) tensor of positions
+    from transformers.modeling_utils import slice_logits_to_keep as _slice_logits_to_keep
+
+    _PER_ROW_KEEP = _slice_logits_to_keep is not None
+except ImportError:  # pragma: no cover - older transformers: one set of positions for all rows
+    _PER_ROW_KEEP = False
+
+
+@dataclasses.dataclass(frozen=True)
+class KVLayout:
+    """Shape of a model's key/value cache, uniform across layers.
+
+    Attributes:
+        layers: Decoder layers.
+        heads: Key/value heads per layer.
+        head_dim: Size of one head.
+        dtype: Dtype of keys and values.
+        device: Where they live.
+    """
+
+    layers: int
+    heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes of keys and values one position takes over all layers."""
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.layers * self.heads * self.head_dim * elem
+
+
+@dataclasses.dataclass
+class Row:
+    """One request of a batch: its tokens and the cached segments of its past.
+
+    Attributes:
+        token_ids: The whole prompt.
+        segments: Pool slots holding the K/V of positions ``0 .. past_len - 1``.
+        past_len: Positions reused from the cache.
+    """
+
+    token_ids: tuple[int, ...]
+    segments: list[Run]
+    past_len: int
+
+    @property
+    def n_new(self) -> int:
+        """Positions this forward computes."""
+        return len(self.token_ids) - self.past_len
+
+
+def accepts_logits_to_keep(model: Any) -> bool:
+    """Whether ``model.forward`` takes ``logits_to_keep`` (all transformers>=4.50 LMs do)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+        return False
+    return "logits_to_keep" in params
+
+
+@torch.no_grad()
+def probe_layout(model: Any) -> tuple[KVLayout | None, str]:
+    """Run a one-token forward and read the cache's shape.
+
+    Returns:
+        The layout, or None with the reason why prefix reuse is off for this model
+        (hybrid/linear-attention caches, layers of different shapes or devices).
+    """
+    cache = DynamicCache()
+    try:
+        model(
+            torch.zeros((1, 1), dtype=torch.long, device=_input_device(model)),
+            past_key_values=cache,
+            use_cache=True,
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure means: no prefix reuse
+        return None, f"a forward with a DynamicCache failed ({type(exc).__name__}: {exc})"
+    layers = list(cache.layers)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        kinds = sorted({type(layer).__name__ for layer in layers})
+        return None, f"the model's cache has layers of type {kinds}, not plain DynamicLayer"
+    shapes = {(tuple(la.keys.shape), tuple(la.values.shape)) for la in layers}
+    devices = {la.keys.device for la in layers}
+    dtypes = {la.keys.dtype for la in layers}
+    if len(shapes) != 1 or len(devices) != 1 or len(dtypes) != 1:
+        return None, "cache layers differ in shape, dtype or device"
+    ((kshape, vshape),) = shapes
+    if kshape != vshape or len(kshape) != 4 or kshape[0] != 1 or kshape[2] != 1:
+        return None, f"unexpected key/value shapes {kshape} / {vshape}"
+    return (
+        KVLayout(
+            layers=len(layers),
+            heads=kshape[1],
+            head_dim=kshape[3],
+            dtype=dtypes.pop(),
+            device=devices.pop(),
+        ),
+        "",
+    )
+
+
+def _input_device(model: Any) -> torch.device:
+    emb = model.get_input_embeddings()
+    return emb.weight.device if emb is not None else model.device
+
+
+def plan_groups(rows: list[Row], bytes_per_token: int, max_group_bytes: int) -> list[list[Row]]:
+    """Split rows into forward passes that waste little on padding and fit in memory.
+
+    Rows are sorted by (new tokens, past length), longest first, and packed greedily. A
+    row joins the current group while the padded query slots stay within twice the real
+    ones (plus 64 slots of slack, so one-token steps always share a pass) and the K/V
+    buffer stays within ``max_group_bytes``.
+    """
+    order = sorted(rows, key=lambda r: (r.n_new, r.past_len), reverse=True)
+    groups: list[list[Row]] = []
+    group: list[Row] = []
+    width_new = width_past = real = 0
+    for row in order:
+        if group:
+            b = len(group) + 1
+            new_w = max(width_new, row.n_new)
+            past_w = max(width_past, row.past_len)
+            padded_ok = b * new_w <= 2 * (real + row.n_new) + 64
+            memory_ok = b * (new_w + past_w) * bytes_per_token <= max_group_bytes
+            if padded_ok and memory_ok:
+                group.append(row)
+                width_new, width_past, real = new_w, past_w, real + row.n_new
+                continue
+            groups.append(group)
+        group = [row]
+        width_new, width_past, real = row.n_new, row.past_len, row.n_new
+    if group:
+        groups.append(group)
+    return groups
+
+
+def shared_prefixes(rows: Sequence[Row], min_shared: int) -> list[tuple[int, ...]]:
+    """Prefixes that several rows share beyond their cached pasts, worth computing once.
+
+    In lexicographic order each row's longest common prefix with any other row is the
+    one with a neighbour, so comparing neighbours finds them all. A prefix qualifies
+    when it extends both neighbours' cached pasts by at least ``min_shared`` tokens.
+    """
+    ordered = sorted(rows, key=lambda r: r.token_ids)
+    found: set[tuple[int, ...]] = set()
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        x, y = a.token_ids, b.token_ids
+        n = min(len(x), len(y))
+        m = 0
+        while m < n and x[m] == y[m]:
+            m += 1
+        if m - max(a.past_len, b.past_len) >= min_shared:
+            found.add(x[:m])
+    return sorted(found)
+
+
+class Workspace:
+    """A scratch buffer for the forwards' K/V, reused from one batch to the next.
+
+    Why: a fresh buffer of tens of MiB per forward, freed right after, makes glibc raise
+    its mmap threshold; later mid-size tensors then come from the heap and fragment it.
+    One reused buffer keeps resident memory flat. Buffers above ``keep_bytes`` are not
+    kept.
+
+    Args:
+        keep_bytes: Largest buffer kept between forwards.
+    """
+
+    def __init__(self, keep_bytes: int) -> None:
+        self.keep_bytes = keep_bytes
+        self._flat: torch.Tensor | None = None
+
+    def get(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """An uninitialised tensor of ``shape`` (a view of the kept buffer when it fits)."""
+        n = 1
+        for d in shape:
+            n *= d
+        nbytes = n * torch.empty((), dtype=dtype).element_size()
+        if nbytes > self.keep_bytes:
+            return torch.empty(shape, dtype=dtype, device=device)
+        flat = self._flat
+        if flat is None or flat.numel() < n or flat.dtype != dtype or flat.device != device:
+            flat = self._flat = None  # free the old one first
+            elem = nbytes // n if n else 1
+            size = min(max(n + n // 4, n), self.keep_bytes // elem)  # headroom to grow
+            flat = self._flat = torch.empty(size, dtype=dtype, device=device)
+        return flat[:n].view(shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the kept buffer."""
+        flat = self._flat
+        return 0 if flat is None else flat.numel() * flat.element_size()
+
+    def release(self) -> None:
+        """Drop the kept buffer."""
+        self._flat = None
+
+
+def _gather_pasts(
+    buffer: torch.Tensor, rows: Sequence[Row], width_past: int, pool: torch.Tensor | None
+) -> None:
+    """Fill the past slots of ``buffer`` from the pool, left-padded with zeros.
+
+    A row whose past is one run of slots is one copy; a longer chain of runs (a
+    sampler's one-token steps) is one ``index_select`` into a scratch tensor and one
+    copy: two operations per row, however long the chain (per-run copies cost 3x more
+    for SmolLM2-sized slots, 15x for tiny ones).
+    """
+    scratch: torch.Tensor | None = None
+    for i, row in enumerate(rows):
+        offset = width_past - row.past_len
+        if offset:
+            buffer[:, i, :, :offset].zero_()
+        if not row.segments:
+            continue
+        assert pool is not None
+        dest = buffer[:, i, :, offset:width_past]
+        if len(row.segments) == 1:
+            start, n = row.segments[0]
+            dest.copy_(pool[:, :, start : start + n])
+            continue
+        slots: list[int] = []
+        for start, n in row.segments:
+            slots.extend(range(start, start + n))
+        layers2, heads, _, dim = pool.shape
+        if scratch is None:  # flat, so that every row's view of it is contiguous
+            scratch = torch.empty(
+                layers2 * heads * width_past * dim, dtype=pool.dtype, device=pool.device
+            )
+        out = scratch[: layers2 * heads * row.past_len * dim].view(
+            layers2, heads, row.past_len, dim
+        )
+        torch.index_select(pool, 2, torch.tensor(slots, device=pool.device), out=out)
+        dest.copy_(out)
+
+
+class _SlotLayer(DynamicLayer):
+    """A cache layer over preallocated slots, written in place (no concatenation).
+
+    The past is already in the slots; new keys and values are copied right after it.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, filled: int) -> None:
+        super().__init__()
+        self.keys = keys
+        self.values = values
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+        self._filled = filled
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        start = self._filled
+        end = start + key_states.shape[-2]
+        self.keys[:, :, start:end].copy_(key_states)
+        self.values[:, :, start:end].copy_(value_states)
+        self._filled = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_seq_length(self) -> int:
+        return self._filled
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self._filled + query_length, 0
+
+
+class _SlotCache(DynamicCache):
+    """A DynamicCache whose layers are :class:`_SlotLayer` views of one buffer."""
+
+    def __init__(self, buffer: torch.Tensor, filled: int) -> None:
+        layers = [
+            _SlotLayer(buffer[2 * i], buffer[2 * i + 1], filled)
+            for i in range(buffer.shape[0] // 2)
+        ]
+        Cache.__init__(self, layers=layers)
+
+
+@torch.no_grad()
+def run_group(
+    model: Any,
+    rows: Sequence[Row],
+    layout: KVLayout | None,
+    *,
+    keep_kwarg: bool = True,
+    workspace: Workspace | None = None,
+    pool: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+    """Run one forward for ``rows``.
+
+    Args:
+        model: A transformers causal LM.
+        rows: The requests (with ``past_len == 0`` when ``layout`` is None).
+        layout: The model's KV layout, or None to run without a cache.
+        keep_kwarg: The model accepts ``logits_to_keep``.
+        workspace: Where to take the K/V buffer from (a fresh tensor if None). The
+            buffer is only valid until the next call with the same workspace.
+        pool: The prefix cache's slot pool the rows' segments point into.
+
+    Returns:
+        ``(logits, buffer, P)``: last-position logits of shape ``(B, vocab)``; the K/V
+        buffer (``None`` without a layout), in which row ``i``'s new positions are
+        ``buffer[:, i, :, P : P + n_i]``; and the past width ``P``.
+    """
+    device = layout.device if layout is not None else _input_device(model)
+    b = len(rows)
+    past_lens = [r.past_len for r in rows]
+    n_new = [r.n_new for r in rows]
+    width_past = max(past_lens)
+    width_new = max(n_new)
+
+    input_ids = torch.tensor(
+        [
+            list(r.token_ids[r.past_len :]) + [0] * (width_new - n)
+            for r, n in zip(rows, n_new, strict=True)
+        ],
+        dtype=torch.long,
+    )
+    p = torch.tensor(past_lens, dtype=torch.long)[:, None]
+    n = torch.tensor(n_new, dtype=torch.long)[:, None]
+    slots = torch.arange(width_past + width_new)[None, :]
+    attention_mask = ((slots >= width_past - p) & (slots < width_past + n)).long()
+    position_ids = torch.minimum(p + torch.arange(width_new)[None, :], p + n - 1)
+
+    kwargs: dict[str, Any] = {}
+    if keep_kwarg:
+        if width_new == 1 or all(k == width_new for k in n_new):
+            kwargs["logits_to_keep"] = 1
+        elif _PER_ROW_KEEP:
+            kwargs["logits_to_keep"] = (n - 1).to(device)
+
+    buffer = None
+    if layout is not None:
+        shape = (2 * layout.layers, b, layout.heads, width_past + width_new, layout.head_dim)
+        if workspace is not None:
+            buffer = workspace.get(shape, layout.dtype, device)
+        else:
+            buffer = torch.empty(shape, dtype=layout.dtype, device=device)
+        _gather_pasts(buffer, rows, width_past, pool)
+        out = model(
+            input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            position_ids=position_ids.to(device),
+            past_key_values=_SlotCache(buffer, width_past),
+            use_cache=True,
+            **kwargs,
+        )
+    else:
+        out = model(
+            input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            position_ids=position_ids.to(device),
+            use_cache=False,
+            **kwargs,
+        )
+    logits = out.logits
+    if logits.shape[1] == 1:
+        last = logits[:, 0]
+    elif logits.shape[1] == width_new:
+        last = logits[torch.arange(b), (n - 1).squeeze(1).to(logits.device)]
+    else:  # pragma: no cover - a model that ignored logits_to_keep in an unexpected way
+        raise RuntimeError(
+            f"{type(model).__name__} returned logits of shape {tuple(logits.shape)} for "
+            f"{b} rows of {width_new} new tokens"
+        )
+    return last, buffer, width_past

@@ -1,0 +1,412 @@
+"""AsyncTransformer: a Hugging Face causal LM behind genlm-core's AsyncLM contract.
+
+What makes it fast, compared with genlm-backend 0.3.1's class of the same name:
+
+* **Prefix K/V reuse.** Every forward stores the keys and values it computed in a
+  :class:`~genlm_hf.kvcache.PrefixKVCache`; a later request runs the model only on
+  the tokens after its longest cached prefix. A sampler's step is one token per
+  particle, not its whole context again.
+* **One forward per batch.** The AutoBatcher hands over the distinct concurrent
+  requests; their new tokens run as one padded forward with the cached pasts
+  assembled into one buffer (see :mod:`genlm_hf._forward`), and logits are computed
+  only at each row's last position.
+* **No autograd.** Forwards run under ``torch.no_grad()`` (not ``inference_mode``: its
+  tensors refuse in-place updates outside it, and callers do mask log-probs in place).
+* **Bounded memory.** K/V tensors and cached log-probs each live under a byte budget
+  with least-recently-used eviction; genlm-backend's trie grows without limit.
+
+LoRA adapters (peft, through transformers' integration) are selected per request;
+requests are grouped per adapter, and each adapter has its own prefix tree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from genlm_core.errors import InvalidTokenIdsError, ModelClosedError
+from genlm_core.lm import BatchedAsyncLM, Request
+from genlm_hf._forward import (
+    KVLayout,
+    Row,
+    Workspace,
+    accepts_logits_to_keep,
+    plan_groups,
+    probe_layout,
+    run_group,
+    shared_prefixes,
+)
+from genlm_hf.errors import MissingDependencyError, ModelLoadError
+from genlm_hf.kvcache import KVCacheStats, PrefixKVCache
+
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_KV_CACHE_BYTES",
+    "AsyncTransformer",
+]
+
+#: Default budget of cached key/value tensors (bytes).
+DEFAULT_KV_CACHE_BYTES = 1 << 30
+#: Default budget of cached log-probability vectors (bytes).
+DEFAULT_CACHE_BYTES = 256 << 20
+#: Default cap on one forward's K/V buffer (bytes); bigger batches are split.
+DEFAULT_MAX_BATCH_KV_BYTES = 256 << 20
+
+#: Fewest uncached tokens several prompts of a batch must share to get computed once first.
+MIN_SHARED = 16
+
+_UNKNOWN = object()  # adapter state after loading/removing one: re-apply on next use
+
+
+class AsyncTransformer(BatchedAsyncLM):
+    """Asynchronous, autobatched, prefix-cached wrapper of a transformers causal LM.
+
+    Args:
+        hf_model: A ``transformers`` causal LM (``AutoModelForCausalLM``).
+        hf_tokenizer: Its tokenizer.
+        batch_size: Most distinct requests the batcher gathers into one call.
+        max_wait: Seconds a batch may wait for more callers (0: dispatch as soon as
+            the event loop has no runnable callers left).
+        cache_size: Most cached log-probability vectors (0 disables that cache).
+        cache_bytes: Byte budget of cached log-probability vectors.
+        kv_cache_bytes: Byte budget of key/value tensors: the prefix cache's slot pool
+            plus the forward's reused K/V buffer (at most a quarter of the budget,
+            64 MiB at most). 0 disables prefix reuse: every request then runs its
+            whole prompt.
+        max_batch_kv_bytes: Cap on one forward's key/value buffer; larger batches are
+            split into several forwards.
+        timeout: genlm-backend's name for ``max_wait`` (accepted for migration).
+        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``).
+    """
+
+    def __init__(
+        self,
+        hf_model: Any,
+        hf_tokenizer: Any,
+        batch_size: int = 64,
+        max_wait: float = 0.0,
+        *,
+        cache_size: int = 4096,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+        kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
+        max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if timeout is not None:
+            max_wait = timeout
+        for name, value in (
+            ("kv_cache_bytes", kv_cache_bytes),
+            ("max_batch_kv_bytes", max_batch_kv_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
+        hf_model.eval()
+        width = _logits_width(hf_model)
+        super().__init__(
+            hf_tokenizer,
+            batch_size=batch_size,
+            max_wait=max_wait,
+            cache_size=cache_size,
+            cache_bytes=cache_bytes,
+            vocab_size=width,
+            **kwargs,
+        )
+        self.model = hf_model
+        self.device = getattr(hf_model, "device", torch.device("cpu"))
+        self.max_batch_kv_bytes = int(max_batch_kv_bytes)
+        self._lock = threading.Lock()  # one forward at a time: batcher thread vs sync callers
+        self._active: object = None  # adapter currently enabled on the model
+        self._keep_kwarg = accepts_logits_to_keep(hf_model)
+        self._max_positions = _max_positions(hf_model)
+        # The budget covers both the prefix cache and the forward's reused K/V buffer.
+        keep = min(self.max_batch_kv_bytes, 64 << 20, kv_cache_bytes // 4)
+        self._workspace = Workspace(keep_bytes=keep)
+        self.kv_cache = PrefixKVCache(kv_cache_bytes - keep)
+        self._layout: KVLayout | None = None
+        self.kv_reuse_off_reason = "kv_cache_bytes=0"
+        if kv_cache_bytes > 0:
+            self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
+
+    # -- loading ----------------------------------------------------------------------
+
+    @classmethod
+    def from_name(
+        cls,
+        model_id: str,
+        bitsandbytes_opts: dict[str, Any] | None = None,
+        hf_opts: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> AsyncTransformer:
+        """Load a model and its tokenizer from a hub id or a local directory.
+
+        On a CPU-only machine the weights load as float32 (half precision is slow and
+        inexact on CPUs); with CUDA, in the checkpoint's dtype on ``device_map="auto"``.
+
+        Args:
+            model_id: Hub id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``) or local directory.
+            bitsandbytes_opts: Options of ``transformers.BitsAndBytesConfig``
+                (e.g. ``{"load_in_4bit": True}``); needs bitsandbytes and, mostly, CUDA.
+            hf_opts: Extra keyword arguments of ``AutoModelForCausalLM.from_pretrained``;
+                they override the defaults above.
+            **kwargs: Passed to :class:`AsyncTransformer`.
+
+        Raises:
+            ModelLoadError: The tokenizer or the model cannot be loaded.
+            MissingDependencyError: ``bitsandbytes_opts`` given without bitsandbytes.
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        opts: dict[str, Any] = {}
+        if torch.cuda.is_available():
+            opts.update(dtype="auto", device_map="auto")
+        else:
+            opts.update(dtype=torch.float32)
+        if bitsandbytes_opts:
+            if importlib.util.find_spec("bitsandbytes") is None:
+                raise MissingDependencyError(
+                    f"bitsandbytes_opts={bitsandbytes_opts!r} needs bitsandbytes, which is not "
+                    f"installed: pip install 'genlm-hf[bitsandbytes]'"
+                )
+            from transformers import BitsAndBytesConfig
+
+            opts["quantization_config"] = BitsAndBytesConfig(**bitsandbytes_opts)
+        if hf_opts:
+            opts.update(hf_opts)
+            if "torch_dtype" in hf_opts:  # transformers 5 renamed it
+                opts["dtype"] = opts.pop("torch_dtype")
+        tokenizer = _load("tokenizer", model_id, AutoTokenizer.from_pretrained)
+        model = _load("model", model_id, AutoModelForCausalLM.from_pretrained, **opts)
+        return cls(model, tokenizer, **kwargs)
+
+    # -- the batch computation ----------------------------------------------------------
+
+    def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
+        """Log-probs for distinct requests: per adapter, cached pasts + batched forwards."""
+        outs: list[torch.Tensor] = []
+        with self._lock, torch.no_grad():
+            if self.model is None:
+                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+            by_adapter: dict[str | None, list[tuple[int, ...]]] = {}
+            for req in requests:
+                by_adapter.setdefault(req.lora_name, []).append(req.token_ids)
+            results: dict[str | None, dict[tuple[int, ...], torch.Tensor]] = {}
+            for lora_name, prompts in by_adapter.items():
+                self._activate(lora_name)
+                results[lora_name] = self._compute(lora_name, prompts)
+            outs = [results[req.lora_name][req.token_ids] for req in requests]
+        return outs
+
+    def _compute(
+        self, lora_name: str | None, prompts: list[tuple[int, ...]]
+    ) -> dict[tuple[int, ...], torch.Tensor]:
+        """Compute ``prompts`` under the active adapter; return log-probs by prompt.
+
+        Prompts that share an uncached stretch of at least :data:`MIN_SHARED` tokens
+        (many questions after one new system prompt) first have that shared prefix
+        computed once, recursively; then every prompt runs from its longest cached
+        prefix.
+        """
+        layout = self._layout
+        done: dict[tuple[int, ...], torch.Tensor] = {}
+        rows = [self._row(lora_name, ids, record=False) for ids in prompts]
+        if layout is not None and len(rows) > 1:
+            shared = shared_prefixes(rows, MIN_SHARED)
+            if shared:
+                done.update(self._compute(lora_name, shared))
+                rows = [
+                    self._row(lora_name, r.token_ids, record=False)
+                    for r in rows
+                    if r.token_ids not in done
+                ]
+        per_token = layout.bytes_per_token if layout else 0
+        for index, planned in enumerate(plan_groups(rows, per_token, self.max_batch_kv_bytes)):
+            # After the first forward, look up again: inserts may have reused the slots
+            # found before (evictions) or added longer prefixes.
+            if index:
+                group = [self._row(lora_name, r.token_ids, record=False) for r in planned]
+            else:
+                group = planned
+            if layout is not None:
+                for row in group:
+                    self.kv_cache.count(row.past_len)
+            logits, buffer, width_past = run_group(
+                self.model,
+                group,
+                layout,
+                keep_kwarg=self._keep_kwarg,
+                workspace=self._workspace,
+                pool=self.kv_cache.pool,
+            )
+            for j, row in enumerate(group):
+                done[row.token_ids] = torch.log_softmax(
+                    logits[j], dim=-1, dtype=torch.float32
+                ).cpu()
+                if buffer is not None:
+                    kv = buffer[:, j, :, width_past : width_past + row.n_new]
+                    self.kv_cache.insert(lora_name, row.token_ids, row.past_len, kv)
+            del buffer, logits
+        return done
+
+    def _row(self, lora_name: str | None, ids: tuple[int, ...], *, record: bool) -> Row:
+        if self._layout is None:
+            return Row(ids, [], 0)
+        segments = self.kv_cache.match(lora_name, ids, len(ids) - 1, record=record)
+        return Row(ids, segments, sum(used for _, used in segments))
+
+    def next_token_logprobs_uncached(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probs from one plain forward over the whole prompt: no cache, no batching.
+
+        The reference the cached path is tested against (and genlm-backend's method).
+        """
+        req = self.make_request(token_ids, lora_name)
+        with self._lock, torch.no_grad():
+            self._activate(lora_name)
+            ids = torch.tensor(
+                [req.token_ids], device=self.model.get_input_embeddings().weight.device
+            )
+            logits = self.model(ids, use_cache=False).logits[0, -1]
+            return torch.log_softmax(logits, dim=-1, dtype=torch.float32).cpu()
+
+    def cache_kv(self, prompt_tokens: Sequence[int], lora_name: str | None = None) -> None:
+        """Compute and cache a prompt's keys and values (and next-token log-probs) now."""
+        self.batch_next_token_logprobs_sync([prompt_tokens], lora_name)
+
+    def validate_token_ids(self, token_ids: Any) -> tuple[int, ...]:
+        """Check a prompt (see the base class) and that it fits the model's context."""
+        ids = super().validate_token_ids(token_ids)
+        if self._max_positions is not None and len(ids) > self._max_positions:
+            raise InvalidTokenIdsError(
+                f"token_ids has {len(ids)} tokens, more than the model's context of "
+                f"{self._max_positions} positions; shorten the prompt to at most "
+                f"{self._max_positions} tokens"
+            )
+        return ids
+
+    # -- LoRA ---------------------------------------------------------------------------
+
+    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
+        """Load a peft LoRA adapter under ``lora_name``; select it with ``lora_name=``.
+
+        Loading under an existing name replaces that adapter and drops its caches.
+
+        Raises:
+            MissingDependencyError: peft is not installed.
+            ModelLoadError: The adapter cannot be loaded from ``lora_path``.
+        """
+        self._check_open()
+        if importlib.util.find_spec("peft") is None:
+            raise MissingDependencyError(
+                "LoRA adapters need peft, which is not installed: pip install 'genlm-hf[peft]'"
+            )
+        with self._lock:
+            if lora_name in self._loras:
+                self._forget_adapter(lora_name)
+            try:
+                self.model.load_adapter(str(lora_path), adapter_name=lora_name)
+            except Exception as exc:
+                raise ModelLoadError(
+                    f"could not load LoRA adapter {lora_name!r} from {str(lora_path)!r}: "
+                    f"{type(exc).__name__}: {exc}. Pass a directory saved by peft's "
+                    f"save_pretrained (adapter_config.json + adapter weights) for this base model"
+                ) from exc
+            self._loras[lora_name] = str(lora_path)
+            self._active = _UNKNOWN
+
+    def remove_lora(self, lora_name: str) -> None:
+        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
+        self._check_open()
+        self.validate_lora(lora_name)
+        with self._lock:
+            self._forget_adapter(lora_name)
+
+    def _forget_adapter(self, lora_name: str) -> None:
+        self.model.delete_adapter(lora_name)
+        del self._loras[lora_name]
+        self.kv_cache.drop_adapter(lora_name)
+        if self.cache is not None:
+            self.cache.remove_if(lambda key: getattr(key, "lora_name", None) == lora_name)
+        self._active = _UNKNOWN
+
+    def _activate(self, lora_name: str | None) -> None:
+        """Enable ``lora_name`` on the model (None: the base model). Caller holds the lock."""
+        if lora_name is self._active or lora_name == self._active:
+            return
+        if lora_name is None:
+            if getattr(self.model, "_hf_peft_config_loaded", False):
+                self.model.disable_adapters()
+        else:
+            self.model.set_adapter(lora_name)
+            self.model.enable_adapters()
+        self._active = lora_name
+
+    # -- caches and lifecycle -------------------------------------------------------------
+
+    @property
+    def kv_cache_stats(self) -> KVCacheStats:
+        """Size (bytes, segments, tokens) and hit counts of the prefix K/V cache."""
+        return self.kv_cache.stats
+
+    def cache_info(self) -> dict[str, Any]:
+        """Memory at a glance: K/V cache statistics, the reused forward buffer, log-probs."""
+        outputs = self.cache
+        return {
+            "kv": self.kv_cache.stats,
+            "kv_workspace_bytes": self._workspace.nbytes,
+            "outputs": {
+                "entries": len(outputs) if outputs is not None else 0,
+                "bytes": outputs.nbytes if outputs is not None else 0,
+            },
+        }
+
+    def clear_kv_cache(self) -> None:
+        """Drop every cached key/value tensor (log-prob cache kept)."""
+        with self._lock:
+            self.kv_cache.clear()
+
+    def clear_cache(self) -> None:
+        """Drop cached log-probs and key/value tensors."""
+        with self._lock:
+            self.kv_cache.clear()
+        super().clear_cache()
+
+    def _release(self) -> None:
+        super()._release()  # closes the batchers, clears the caches
+        with self._lock:  # waits for an in-flight forward
+            self.model = None
+            self._workspace.release()
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _load(what: str, model_id: str, loader: Any, **opts: Any) -> Any:
+    try:
+        return loader(model_id, **opts)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"could not load the {what} of {model_id!r}: {type(exc).__name__}: {exc}. "
+            f"Pass a local directory holding config.json, the weights and the tokenizer "
+            f"files, or a hub id already in the Hugging Face cache (downloads need network "
+            f"access and HF_HUB_OFFLINE unset)"
+        ) from exc
+
+
+def _logits_width(model: Any) -> int:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is not None and weight.ndim == 2:
+        return int(weight.shape[0])
+    return int(model.config.get_text_config().vocab_size)
+
+
+def _max_positions(model: Any) -> int | None:
+    config = model.config.get_text_config()
+    n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(n) if isinstance(n, int) and n > 0 else None

@@ -1,0 +1,104 @@
+"""AsyncTransformer.from_name: local dirs, options passthrough, quantization, clear errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
+
+from genlm_core import load_model_by_name  # noqa: E402
+from genlm_core.errors import GenlmError  # noqa: E402
+from genlm_hf.errors import ModelLoadError  # noqa: E402
+from genlm_hf.lm import AsyncTransformer  # noqa: E402
+
+PROMPT = [1, 2, 3, 4, 5]
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(asset_model_dir):
+    return str(asset_model_dir("tiny-gpt2"))
+
+
+def test_from_local_dir_cpu_defaults(gpt2_dir):
+    lm = AsyncTransformer.from_name(gpt2_dir, batch_size=7)
+    assert lm.batch_size == 7
+    assert next(lm.model.parameters()).dtype == torch.float32
+    assert lm.kv_reuse_off_reason == ""
+    out = lm.next_token_logprobs_sync(PROMPT)
+    torch.testing.assert_close(out, lm.next_token_logprobs_uncached(PROMPT), atol=1e-5, rtol=0)
+    lm.cleanup()
+
+
+def test_hf_opts_pass_through(gpt2_dir):
+    lm = AsyncTransformer.from_name(gpt2_dir, hf_opts={"torch_dtype": torch.float64})
+    assert next(lm.model.parameters()).dtype == torch.float64
+    out = lm.next_token_logprobs_sync(PROMPT)
+    assert out.dtype == torch.float32  # the contract's dtype, whatever the model's
+    assert lm.kv_cache_stats.bytes == 5 * 2 * 2 * 64 * 8  # positions x K,V x layers x width x f64
+    lm.cleanup()
+
+
+def test_load_model_by_name_uses_hf(gpt2_dir):
+    lm = load_model_by_name(gpt2_dir, backend="hf", llm_opts={"batch_size": 3})
+    assert isinstance(lm, AsyncTransformer) and lm.batch_size == 3
+    lm.cleanup()
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    with pytest.raises(ModelLoadError, match="tokenizer of .*no-such-model") as info:
+        AsyncTransformer.from_name(missing)
+    assert isinstance(info.value, OSError) and isinstance(info.value, GenlmError)
+    assert "local directory" in str(info.value)
+
+
+def test_tokenizer_without_weights_is_a_clear_error(asset_tokenizer_dir):
+    tok_only = str(asset_tokenizer_dir("gpt2-npm"))
+    with pytest.raises(ModelLoadError, match="could not load the model of"):
+        AsyncTransformer.from_name(tok_only)
+
+
+@pytest.mark.parametrize(
+    "opts, layer",
+    [
+        ({"load_in_8bit": True}, "Linear8bitLt"),
+        ({"load_in_4bit": True, "bnb_4bit_compute_dtype": torch.float32}, "Linear4bit"),
+    ],
+    ids=["8bit", "4bit"],
+)
+def test_bitsandbytes_on_cpu(asset_model_dir, opts, layer):
+    """bitsandbytes >= 0.48 runs 8- and 4-bit layers on CPU; the options reach transformers."""
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lm = AsyncTransformer.from_name(str(asset_model_dir("tiny-llama3")), bitsandbytes_opts=opts)
+        assert type(lm.model.model.layers[0].self_attn.q_proj).__name__ == layer
+        for ids in (PROMPT, PROMPT + [6, 7]):  # the second reuses the first's K/V
+            out = lm.next_token_logprobs_sync(ids)
+            ref = lm.next_token_logprobs_uncached(ids)
+            torch.testing.assert_close(out, ref, atol=1e-4, rtol=0)
+    assert lm.kv_cache_stats.hits == 1
+    lm.cleanup()
+
+
+@pytest.mark.cuda
+def test_bitsandbytes_4bit_on_cuda(asset_model_dir):
+    """NF4 weights with bf16 compute on a GPU, placed by device_map="auto"."""
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed")
+    lm = AsyncTransformer.from_name(
+        str(asset_model_dir("smollm2-135m-instruct")),
+        bitsandbytes_opts={
+            "load_in_4bit": True,
+            "bnb_4bit_quant_type": "nf4",
+            "bnb_4bit_compute_dtype": torch.bfloat16,
+        },
+    )
+    assert lm.model.device.type == "cuda"
+    ids = lm.tokenizer.encode("The capital of France is")
+    out = lm.next_token_logprobs_sync(ids)
+    assert out.device.type == "cpu" and out.dtype == torch.float32
+    assert lm.byte_vocab[int(out.argmax())] == b" Paris"
+    lm.cleanup()
