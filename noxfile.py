@@ -85,7 +85,7 @@ def engine_extra(backend: str) -> tuple[str | None, str]:
     gpu = nvidia_gpus() > 0
     linux_x86 = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
     if backend == "hf":
-        return "peft", "transformers comes with genlm-core; peft adds LoRA"
+        return "peft,bitsandbytes", "transformers is in core; peft: LoRA; bitsandbytes: 8/4-bit"
     if backend == "vllm":
         if gpu:
             return "cuda", "NVIDIA GPU found: upstream vllm"
