@@ -12,8 +12,7 @@ Names load lazily so importing this package does not import pytest.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from genlm_core._lazy import lazy_exports
 
 _EXPORTS = {
     "MockAsyncLM": "genlm_core.testing.mock",
@@ -23,9 +22,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'genlm_core.testing' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

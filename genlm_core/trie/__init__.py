@@ -16,8 +16,9 @@ Names are imported lazily so ``import genlm_core.trie.protocols`` stays light.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from genlm_core._lazy import lazy_exports
 
 _EXPORTS = {
     "AsyncCharacterTrie": "genlm_core.trie.protocols",
@@ -53,18 +54,7 @@ __all__ = [
     "VocabularyTypeError",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'genlm_core.trie' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover
