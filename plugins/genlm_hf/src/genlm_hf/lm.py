@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from genlm_core.errors import InvalidTokenIdsError, ModelClosedError
+from genlm_core.heap import HeapTrimmer
 from genlm_core.lm import BatchedAsyncLM, Request
 from genlm_hf._forward import (
     KVLayout,
@@ -128,6 +129,8 @@ class AsyncTransformer(BatchedAsyncLM):
         self._workspace = Workspace(keep_bytes=keep)
         self.kv_cache = PrefixKVCache(kv_cache_bytes - keep)
         self._layout: KVLayout | None = None
+        # Freed forward buffers would otherwise stay resident above the budgets.
+        self.heap_trimmer = HeapTrimmer(interval=0.5)
         self.kv_reuse_off_reason = "kv_cache_bytes=0"
         if kv_cache_bytes > 0:
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
@@ -199,6 +202,7 @@ class AsyncTransformer(BatchedAsyncLM):
                 self._activate(lora_name)
                 results[lora_name] = self._compute(lora_name, prompts)
             outs = [results[req.lora_name][req.token_ids] for req in requests]
+        self.heap_trimmer.maybe_trim()
         return outs
 
     def _compute(
@@ -242,6 +246,8 @@ class AsyncTransformer(BatchedAsyncLM):
                 workspace=self._workspace,
                 pool=self.kv_cache.pool,
             )
+            # Row by row, so each result owns its storage: the byte-bounded output cache
+            # then holds what it counts (rows of one batched call would pin the batch).
             for j, row in enumerate(group):
                 done[row.token_ids] = torch.log_softmax(
                     logits[j], dim=-1, dtype=torch.float32

@@ -1,0 +1,81 @@
+"""Give freed heap memory back to the operating system, at a bounded rate.
+
+Why. A backend allocates many short-lived, megabyte-sized buffers per forward
+(logits, activations, gathered key/values) from a worker thread. glibc's allocator
+keeps what they free in per-thread arenas and raises its mmap threshold as large
+blocks come and go, so freed memory stays resident: in a 5,000-call sampler run on
+SmolLM2 this added ~100 MiB of resident memory above every cache budget, growing
+with the number of threads that had run forwards. ``malloc_trim(0)`` returns those
+free pages (it does not move live data), which keeps resident memory within the
+budgets a user sets.
+
+It costs a walk over the heap (about a millisecond here), so :class:`HeapTrimmer`
+runs it at most once per ``interval`` seconds, after the work that freed the memory.
+On platforms without glibc it does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+import threading
+import time
+
+__all__ = ["HeapTrimmer", "trim_heap"]
+
+
+def _load_malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim  # glibc only (musl has no malloc_trim)
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def trim_heap() -> bool:
+    """Return free heap pages to the OS now; False where that is not supported."""
+    if _MALLOC_TRIM is None:
+        return False
+    _MALLOC_TRIM(0)
+    return True
+
+
+class HeapTrimmer:
+    """Calls :func:`trim_heap` from :meth:`maybe_trim` at most once per ``interval``.
+
+    Args:
+        interval: Least seconds between two trims (0: trim on every call).
+        enabled: False makes :meth:`maybe_trim` a no-op (e.g. a user who tunes the
+            allocator with ``MALLOC_ARENA_MAX`` or jemalloc themselves).
+    """
+
+    def __init__(self, interval: float = 0.5, *, enabled: bool = True) -> None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
+            raise ValueError(f"interval must be a number of seconds >= 0, got {interval!r}")
+        self.interval = float(interval)
+        self.enabled = bool(enabled) and _MALLOC_TRIM is not None
+        self.trims = 0
+        self._last = -float("inf")
+        self._lock = threading.Lock()
+
+    def maybe_trim(self) -> bool:
+        """Trim if enabled and ``interval`` has passed since the last trim."""
+        if not self.enabled:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last < self.interval:
+                return False
+            self._last = now
+        trim_heap()
+        self.trims += 1
+        return True
