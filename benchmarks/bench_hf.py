@@ -236,7 +236,7 @@ def throughput(name: str, model: str, particles: int, tokens: int, repeats: int,
             calls = asyncio.run(replay(lm, steps))
             dt = time.perf_counter() - t0
             rep[kind].append(calls / dt)
-            print(f"  repeat {r} replay {kind:6s}: {calls} calls in {dt:6.2f} s = {calls / dt:7.1f}/s")
+            print(f"  repeat {r} replay {kind:6s}: {calls} calls, {dt:6.2f} s, {calls / dt:7.1f}/s")
     med = {k: statistics.median(v) for k, v in e2e.items()}
     ratios = {}
     for sampler in STEPS:

@@ -45,5 +45,6 @@ def test_disabled_never_trims(monkeypatch):
 
 @pytest.mark.parametrize("bad", [-1, "1", None, True])
 def test_bad_interval_names_the_value(bad):
-    with pytest.raises(ValueError, match=rf"interval must be a number of seconds >= 0, got {bad!r}"):
+    message = rf"interval must be a number of seconds >= 0, got {bad!r}"
+    with pytest.raises(ValueError, match=message):
         HeapTrimmer(interval=bad)
