@@ -299,3 +299,15 @@ async def test_outputs_are_plain_tensors(hf_models):
 def test_budgets_validated(hf_models, opt, bad):
     with pytest.raises(ValueError, match=f"{opt} must be an integer >= 0"):
         hf_models("tiny-gpt2").lm(**{opt: bad})
+
+
+def test_kv_budget_split_reserves_working_memory(hf_models):
+    from genlm_hf.lm import split_kv_budget
+
+    mib = 1 << 20
+    assert split_kv_budget(256 * mib, 256 * mib) == (64 * mib, 64 * mib)
+    assert split_kv_budget(1024 * mib, 256 * mib) == (64 * mib, 64 * mib)
+    assert split_kv_budget(100, 1) == (1, 25)
+    lm = hf_models("tiny-gpt2").lm(kv_cache_bytes=256 * mib)
+    assert lm.kv_cache_stats.max_bytes == 128 * mib  # 256 - 64 forward K/V - 64 reserve
+    lm.cleanup()
