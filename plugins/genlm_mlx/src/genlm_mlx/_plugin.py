@@ -8,7 +8,10 @@ genlm imports this module whenever backends are listed or loaded, so it imports 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
+import sys
+from pathlib import Path
 
 from genlm_core.plugins import (
     Availability,
@@ -17,7 +20,6 @@ from genlm_core.plugins import (
     is_apple_silicon,
     module_available,
 )
-from genlm_mlx import __version__
 
 DISTRIBUTION = "genlm-mlx"
 MODEL_MODULE = "genlm_mlx.lm"
@@ -39,18 +41,28 @@ def linux_runtime() -> str | None:
     return None
 
 
-def check() -> Availability:
-    """Whether ``mlx`` can run here: the model class ships and mlx has a device.
+def fast_blas_installed() -> bool:
+    """Whether :mod:`genlm_mlx._blas` has a fast CBLAS to load.
 
-    On macOS that needs Apple silicon; on Linux, mlx's CPU or CUDA library. Cheap:
-    modules are looked up with ``importlib.util.find_spec``, never imported.
+    That is the ``mkl`` wheel's, or the library ``GENLM_MLX_BLAS`` names (``off`` keeps
+    mlx's own).
+    """
+    setting = os.environ.get("GENLM_MLX_BLAS", "").strip()
+    if setting:
+        return setting.lower() not in ("off", "0", "none", "false")
+    return any(
+        (Path(root) / "lib" / "libmkl_rt.so.3").exists() for root in {sys.prefix, sys.base_prefix}
+    )
+
+
+def check() -> Availability:
+    """Whether ``mlx`` can run here: mlx, mlx-lm and a device for them are installed.
+
+    On macOS that needs Apple silicon; on Linux, mlx's CPU or CUDA library (there the
+    backend is available but chosen only when named). Cheap: modules are looked up with
+    ``importlib.util.find_spec``, never imported.
     """
     reasons = []
-    if not module_available(MODEL_MODULE):
-        reasons.append(
-            f"{DISTRIBUTION} {__version__} does not ship its model class yet "
-            "(backend under development)"
-        )
     system = platform.system()
     note = "Apple silicon (Metal)"
     if system == "Darwin" and not is_apple_silicon():
@@ -70,6 +82,8 @@ def check() -> Availability:
             )
         else:
             note = f"Linux ({runtime}); used only when named: backend='mlx'"
+            if runtime.startswith("mlx-cpu") and not fast_blas_installed():
+                note += "; slow reference BLAS: pip install 'genlm-mlx[mkl]'"
     if reasons:
         return Availability.no("; ".join(reasons))
     return Availability.yes(note)

@@ -1,0 +1,423 @@
+"""AsyncMlxLM: an mlx-lm model behind genlm-core's AsyncLM contract.
+
+What makes it fast, compared with genlm-backend 0.3.1's class of the same name:
+
+* **Prefix K/V reuse for any set of prompts.** Every forward stores its keys and
+  values in a :class:`~genlm_mlx.kvcache.PrefixKVCache` (a radix tree under a byte
+  budget, LRU-evicted); a later request runs the model only on the tokens after its
+  longest cached prefix, whichever earlier request computed it. genlm-backend keeps
+  one pool of live rows, reused only when a batch extends the previous one.
+* **One forward per batch.** The AutoBatcher hands over the distinct concurrent
+  requests; their new tokens run as one padded forward over the assembled pasts
+  (see :mod:`genlm_mlx._forward`), one ``mx.eval`` per batch.
+* **A real BLAS on Linux.** mlx's Linux CPU build ships the reference BLAS; importing
+  this module first loads MKL globally when installed (see :mod:`genlm_mlx._blas`).
+
+Models whose cache is not the standard per-layer key/value one (sliding windows,
+state-space layers) are detected when the model is wrapped and run without prefix
+reuse: slower, never wrong. LoRA adapters in mlx-lm's format are selected per request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from genlm_mlx._blas import blas_status, load_fast_blas
+
+load_fast_blas()  # before mlx.core is imported anywhere below
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from genlm_core.errors import InvalidTokenIdsError, ModelClosedError  # noqa: E402
+from genlm_core.lm import BatchedAsyncLM, Request  # noqa: E402
+from genlm_mlx._forward import (  # noqa: E402
+    Row,
+    plan_groups,
+    run_group,
+    run_plain,
+    shared_prefixes,
+)
+from genlm_mlx._loading import ModelLoadError, load_model, resolve_path  # noqa: E402
+from genlm_mlx._lora import Switch, load_adapter, unload_adapter  # noqa: E402
+from genlm_mlx.kvcache import KVCacheStats, PrefixKVCache  # noqa: E402
+
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_KV_CACHE_BYTES",
+    "AsyncMlxLM",
+    "ModelLoadError",
+    "blas_status",
+]
+
+#: Default budget of cached key/value arrays (bytes).
+DEFAULT_KV_CACHE_BYTES = 1 << 30
+#: Default budget of cached log-probability vectors (bytes).
+DEFAULT_CACHE_BYTES = 256 << 20
+#: Default cap on one forward's assembled key/values (bytes); bigger batches are split.
+DEFAULT_MAX_BATCH_KV_BYTES = 256 << 20
+
+#: Fewest uncached tokens several prompts of a batch must share to get computed once first.
+MIN_SHARED = 16
+
+_DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+
+class AsyncMlxLM(BatchedAsyncLM):
+    """Asynchronous, autobatched, prefix-cached wrapper of an mlx-lm model.
+
+    Args:
+        mlx_lm_model: An mlx-lm model (``mlx_lm.utils.load_model``).
+        tokenizer: Its Hugging Face tokenizer (an mlx-lm ``TokenizerWrapper`` works too).
+        batch_size: Most distinct requests the batcher gathers into one call.
+        max_wait: Seconds a batch may wait for more callers (0: dispatch as soon as
+            the event loop has no runnable callers left).
+        cache_size: Most cached log-probability vectors (0 disables that cache).
+        cache_bytes: Byte budget of cached log-probability vectors.
+        kv_cache_bytes: Byte budget of cached key/value arrays. 0 disables prefix
+            reuse: every request then runs its whole prompt.
+        max_batch_kv_bytes: Cap on one forward's assembled keys/values; larger batches
+            are split into several forwards.
+        timeout: genlm-backend's name for ``max_wait`` (accepted for migration).
+        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``).
+    """
+
+    def __init__(
+        self,
+        mlx_lm_model: Any,
+        tokenizer: Any,
+        batch_size: int = 64,
+        max_wait: float = 0.0,
+        *,
+        cache_size: int = 4096,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+        kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
+        max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if timeout is not None:
+            max_wait = timeout
+        for name, value in (
+            ("kv_cache_bytes", kv_cache_bytes),
+            ("max_batch_kv_bytes", max_batch_kv_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
+        if type(tokenizer).__name__ == "TokenizerWrapper":  # mlx_lm.load's wrapper
+            tokenizer = tokenizer._tokenizer
+        mlx_lm_model.eval()  # training mode would enable dropout
+        # Evaluate lazily loaded weights here: mlx streams are per thread, and forwards
+        # run in the batcher's thread, which cannot run graph nodes recorded on this one.
+        mx.eval(mlx_lm_model.parameters())
+        super().__init__(
+            tokenizer,
+            batch_size=batch_size,
+            max_wait=max_wait,
+            cache_size=cache_size,
+            cache_bytes=cache_bytes,
+            vocab_size=_logits_width(mlx_lm_model),
+            **kwargs,
+        )
+        self.model = mlx_lm_model
+        self.max_batch_kv_bytes = int(max_batch_kv_bytes)
+        self._lock = threading.Lock()  # one forward at a time: batcher thread vs sync callers
+        self._switch = Switch()
+        self._max_positions = _max_positions(mlx_lm_model)
+        self.kv_cache = PrefixKVCache(kv_cache_bytes)
+        self._n_layers = len(getattr(mlx_lm_model, "layers", []))
+        self._bytes_per_token = 0
+        self.kv_reuse_off_reason = "kv_cache_bytes=0"
+        if kv_cache_bytes > 0:
+            # Probed once per model object: tests and users may wrap one model many times.
+            probed = getattr(mlx_lm_model, "_genlm_kv_probe", None)
+            if probed is None:
+                probed = self._probe_kv_reuse()
+                mlx_lm_model._genlm_kv_probe = probed
+            self.kv_reuse_off_reason, self._bytes_per_token = probed
+
+    # -- loading ----------------------------------------------------------------------
+
+    @classmethod
+    def from_name(
+        cls,
+        model_name: str,
+        dtype: str | None = None,
+        model_config: dict[str, Any] | None = None,
+        revision: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncMlxLM:
+        """Load an mlx-lm model and its tokenizer from a hub id or a local directory.
+
+        Args:
+            model_name: Hub id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``, looked up in
+                the Hugging Face cache when ``HF_HUB_OFFLINE=1``) or local directory.
+            dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"`` for the weights. Default:
+                float32 on a CPU (half precision there is slow and inexact), the
+                checkpoint's dtype on Apple silicon.
+            model_config: Overrides of ``config.json`` passed to mlx-lm.
+            revision: Hub revision.
+            **kwargs: Passed to :class:`AsyncMlxLM` (``batch_size``, ``kv_cache_bytes``...).
+
+        Raises:
+            ModelLoadError: The model or tokenizer cannot be loaded, or mlx-lm would
+                build it with a wrong RoPE theta.
+        """
+        from transformers import AutoTokenizer
+
+        path = resolve_path(model_name, revision)
+        model, _ = load_model(path, model_config)
+        if dtype is None and mx.default_device() == mx.cpu:
+            dtype = "float32"
+        if dtype is not None:
+            if dtype not in _DTYPES:
+                raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+            model.set_dtype(_DTYPES[dtype])
+            mx.eval(model.parameters())
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+        except Exception as exc:
+            raise ModelLoadError(
+                f"could not load the tokenizer of {model_name!r} from {str(path)!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return cls(model, tokenizer, **kwargs)
+
+    def _probe_kv_reuse(self) -> tuple[str, int]:
+        """Check prefix reuse against a plain forward; return (reason it is off, bytes/token).
+
+        The reason is '' when reuse works.
+
+        Two rows of different past lengths run through the cached path and must match
+        plain forwards, so a model with another cache protocol, positions taken from
+        elsewhere, or sliding windows is caught here rather than giving wrong log-probs.
+        """
+        make_cache = getattr(self.model, "make_cache", None)
+        if make_cache is not None:
+            from mlx_lm.models.cache import KVCache
+
+            kinds = {type(c).__name__ for c in make_cache()}
+            if kinds != {KVCache.__name__}:
+                return f"the model's cache layers are {sorted(kinds)}, not plain KVCache", 0
+        if self._n_layers == 0:
+            return "the model exposes no .layers", 0
+        n = min(self.vocab_size, 50)
+        a = tuple(range(1, 9))
+        b = tuple(range(n - 1, n - 6, -1))
+        c = a[:5] + (n - 7, n - 8, n - 9)
+        try:
+            _, kv_a = run_group(self.model, [Row(a[:5], [], 0)], self._n_layers)
+            _, kv_b = run_group(self.model, [Row(b[:2], [], 0)], self._n_layers)
+            # padded: pasts of different lengths (array mask, one RoPE offset per row)
+            padded, _ = run_group(
+                self.model, [Row(a, [kv_a[0]], 5), Row(b, [kv_b[0]], 2)], self._n_layers
+            )
+            # uniform: equal pasts and widths (causal mask, one offset)
+            uniform, _ = run_group(
+                self.model, [Row(a, [kv_a[0]], 5), Row(c, [kv_a[0]], 5)], self._n_layers
+            )
+            want = [run_plain(self.model, [Row(ids, [], 0)])[0] for ids in (a, b, c)]
+            got = [padded[0], padded[1], uniform[1]]
+            err = max(mx.abs(g - w).max().item() for g, w in zip(got, want, strict=True))
+        except Exception as exc:  # noqa: BLE001 - any failure means: no prefix reuse
+            return f"a forward over cached keys/values failed ({type(exc).__name__}: {exc})", 0
+        # fp32: batch composition moves logits by ~1e-5; half precision by up to ~0.05.
+        # A wrong position or mask moves them by whole units.
+        tol = 1e-3 if kv_a[0].dtype == mx.float32 else 0.25
+        if not err < tol:
+            return (
+                f"logits over cached keys/values differ from a plain forward by {err:.2g} "
+                f"(tolerance {tol:g})",
+                0,
+            )
+        return "", kv_a[0].nbytes // 5
+
+    @property
+    def kv_reuse(self) -> bool:
+        """Whether prefix K/V reuse is on (see ``kv_reuse_off_reason`` otherwise)."""
+        return not self.kv_reuse_off_reason
+
+    # -- the batch computation ----------------------------------------------------------
+
+    def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
+        """Log-probs for distinct requests: per adapter, cached pasts + batched forwards."""
+        with self._lock:
+            if self.model is None:
+                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+            by_adapter: dict[str | None, list[tuple[int, ...]]] = {}
+            for req in requests:
+                by_adapter.setdefault(req.lora_name, []).append(req.token_ids)
+            results: dict[str | None, dict[tuple[int, ...], torch.Tensor]] = {}
+            for lora_name, prompts in by_adapter.items():
+                self._switch.active = lora_name
+                results[lora_name] = self._compute(lora_name, prompts)
+            return [results[req.lora_name][req.token_ids] for req in requests]
+
+    def _compute(
+        self, lora_name: str | None, prompts: list[tuple[int, ...]]
+    ) -> dict[tuple[int, ...], torch.Tensor]:
+        """Compute ``prompts`` under the active adapter; return log-probs by prompt.
+
+        Prompts that share an uncached stretch of at least :data:`MIN_SHARED` tokens
+        (many questions after one new system prompt) first have that shared prefix
+        computed once, recursively; then every prompt runs from its longest cached
+        prefix.
+        """
+        done: dict[tuple[int, ...], torch.Tensor] = {}
+        reuse = self.kv_reuse
+        rows = [self._row(lora_name, ids) for ids in prompts]
+        if reuse and len(rows) > 1:
+            shared = shared_prefixes(rows, MIN_SHARED)
+            if shared:
+                done.update(self._compute(lora_name, shared))
+                rows = [self._row(lora_name, r.token_ids) for r in rows if r.token_ids not in done]
+        for index, planned in enumerate(
+            plan_groups(rows, self._bytes_per_token, self.max_batch_kv_bytes)
+        ):
+            # After the first forward, look up again: inserts may have evicted what was
+            # found before, or added longer prefixes.
+            group = [self._row(lora_name, r.token_ids) for r in planned] if index else planned
+            if reuse:
+                for row in group:
+                    self.kv_cache.count(row.past_len)
+                logits, kvs = run_group(self.model, group, self._n_layers)
+                for row, kv in zip(group, kvs, strict=True):
+                    self.kv_cache.insert(lora_name, row.token_ids, row.past_len, kv)
+            else:
+                logits = run_plain(self.model, group)
+                mx.eval(logits)
+            out = _log_softmax(logits)
+            for j, row in enumerate(group):
+                done[row.token_ids] = out[j].clone()
+        return done
+
+    def _row(self, lora_name: str | None, ids: tuple[int, ...]) -> Row:
+        if not self.kv_reuse:
+            return Row(ids, [], 0)
+        parts, past = self.kv_cache.match(lora_name, ids, len(ids) - 1, record=False)
+        return Row(ids, parts, past)
+
+    def next_token_logprobs_uncached(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probs from one plain forward over the whole prompt: no cache, no batching.
+
+        The reference the cached path is tested against.
+        """
+        req = self.make_request(token_ids, lora_name)
+        with self._lock:
+            if self.model is None:
+                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+            self._switch.active = lora_name
+            logits = run_plain(self.model, [Row(req.token_ids, [], 0)])
+            mx.eval(logits)
+            return _log_softmax(logits)[0]
+
+    def validate_token_ids(self, token_ids: Any) -> tuple[int, ...]:
+        """Check a prompt (see the base class) and that it fits the model's context."""
+        ids = super().validate_token_ids(token_ids)
+        if self._max_positions is not None and len(ids) > self._max_positions:
+            raise InvalidTokenIdsError(
+                f"token_ids has {len(ids)} tokens, more than the model's context of "
+                f"{self._max_positions} positions; shorten the prompt to at most "
+                f"{self._max_positions} tokens"
+            )
+        return ids
+
+    # -- LoRA ---------------------------------------------------------------------------
+
+    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
+        """Load an mlx-lm LoRA adapter under ``lora_name``; select it with ``lora_name=``.
+
+        The directory holds ``adapter_config.json`` and ``adapters.safetensors`` as
+        saved by ``mlx_lm.lora``. Loading under an existing name replaces that adapter
+        and drops its caches.
+
+        Raises:
+            ModelLoadError: The adapter cannot be read or does not fit the model.
+        """
+        self._check_open()
+        with self._lock:
+            if lora_name in self._loras:
+                self._forget_adapter(lora_name)
+            load_adapter(self.model, self._switch, lora_path, lora_name)
+            self._loras[lora_name] = str(lora_path)
+
+    def remove_lora(self, lora_name: str) -> None:
+        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
+        self._check_open()
+        self.validate_lora(lora_name)
+        with self._lock:
+            self._forget_adapter(lora_name)
+
+    def _forget_adapter(self, lora_name: str) -> None:
+        unload_adapter(self.model, lora_name)
+        del self._loras[lora_name]
+        self.kv_cache.drop_adapter(lora_name)
+        if self.cache is not None:
+            self.cache.remove_if(lambda key: getattr(key, "lora_name", None) == lora_name)
+
+    # -- caches and lifecycle -------------------------------------------------------------
+
+    @property
+    def kv_cache_stats(self) -> KVCacheStats:
+        """Size (bytes, segments, tokens) and hit counts of the prefix K/V cache."""
+        return self.kv_cache.stats
+
+    def cache_info(self) -> dict[str, Any]:
+        """Memory at a glance: K/V cache statistics and cached log-probs."""
+        outputs = self.cache
+        return {
+            "kv": self.kv_cache.stats,
+            "outputs": {
+                "entries": len(outputs) if outputs is not None else 0,
+                "bytes": outputs.nbytes if outputs is not None else 0,
+            },
+        }
+
+    def clear_kv_cache(self) -> None:
+        """Drop every cached key/value array (log-prob cache kept)."""
+        with self._lock:
+            self.kv_cache.clear()
+
+    def clear_cache(self) -> None:
+        """Drop cached log-probs and key/value arrays."""
+        with self._lock:
+            self.kv_cache.clear()
+        super().clear_cache()
+
+    def _release(self) -> None:
+        super()._release()  # closes the batchers, clears the caches
+        with self._lock:  # waits for an in-flight forward
+            self.model = None
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _log_softmax(logits: mx.array) -> torch.Tensor:
+    """Float32 CPU log-probs from evaluated float32 logits ``(B, vocab)``."""
+    return torch.log_softmax(torch.from_numpy(np.array(logits, copy=True)), dim=-1)
+
+
+def _logits_width(model: Any) -> int:
+    """Width of the model's logits, from its head or its input embedding."""
+    for owner in (model, getattr(model, "model", None)):
+        head = getattr(owner, "lm_head", None)
+        weight = getattr(head, "weight", None)
+        if weight is not None and weight.ndim == 2:
+            return int(weight.shape[0])
+    inner = getattr(model, "model", model)
+    emb = getattr(inner, "embed_tokens", None) or getattr(inner, "wte", None)
+    if emb is not None:
+        return int(emb.weight.shape[0])
+    return int(model.args.vocab_size)
+
+
+def _max_positions(model: Any) -> int | None:
+    args = getattr(model, "args", None)
+    n = getattr(args, "max_position_embeddings", None) or getattr(args, "n_positions", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
