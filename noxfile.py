@@ -172,7 +172,8 @@ def _backend_session(backend: str) -> None:
         install_core(session, "assets")
         install_backend(session, backend)
         if backend != "hf" and ships_model_class(backend):
-            install_plugins(session, "hf")  # the reference its log-probs are checked against
+            # genlm-hf is what its log-probs (and LoRA adapters: peft) are checked against.
+            session.install("-e", f"{plugin_dir('hf')}[peft]")
         session.run("pytest", f"tests/{backend}", *session.posargs)
 
     run.__doc__ = f"genlm-{backend}: probe and discovery tests; engine tests where it can run."

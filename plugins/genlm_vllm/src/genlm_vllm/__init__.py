@@ -7,6 +7,17 @@ Installing this distribution registers the ``vllm`` backend through the
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["AsyncVirtualLM", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: importing the package (as plugin discovery does) must not import vllm.
+    if name == "AsyncVirtualLM":
+        from genlm_vllm.lm import AsyncVirtualLM
+
+        return AsyncVirtualLM
+    raise AttributeError(f"module 'genlm_vllm' has no attribute {name!r}")

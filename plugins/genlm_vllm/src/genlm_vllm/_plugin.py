@@ -12,7 +12,6 @@ import importlib.metadata
 
 from genlm_core.plugins import Availability, BackendSpec, hookimpl, module_available
 from genlm_core.plugins.probes import nvidia_gpu_count
-from genlm_vllm import __version__
 
 DISTRIBUTION = "genlm-vllm"
 MODEL_MODULE = "genlm_vllm.lm"
@@ -47,16 +46,11 @@ def cpu_build() -> str | None:
 def check() -> Availability:
     """Whether ``vllm`` can run here.
 
-    It can when the model class ships, ``vllm`` is importable, and either an NVIDIA GPU
-    is visible (asked of the driver through NVML, without initialising CUDA) or the
-    installed vLLM is a CPU build.
+    It can when ``vllm`` is importable and either an NVIDIA GPU is visible (asked of
+    the driver through NVML, without initialising CUDA) or the installed vLLM is a CPU
+    build.
     """
     reasons = []
-    if not module_available(MODEL_MODULE):
-        reasons.append(
-            f"{DISTRIBUTION} {__version__} does not ship its model class yet "
-            "(backend under development)"
-        )
     gpus, no_gpu_reason = nvidia_gpu_count()
     note = f"CUDA, {gpus} NVIDIA GPU{'s' if gpus != 1 else ''}"
     if not module_available("vllm"):

