@@ -37,7 +37,7 @@ from genlm_core.errors import (
 )
 from genlm_core.tokenization import Token, decode_vocab
 
-__all__ = ["AsyncLM", "AsyncLMBase", "BatchedAsyncLM", "Request"]
+__all__ = ["AsyncLM", "AsyncLMBase", "BatchedAsyncLM", "Request", "sampling_args"]
 
 
 @runtime_checkable
@@ -252,7 +252,7 @@ class AsyncLMBase(ABC):
             The generated token ids.
         """
         prompt = list(self.make_request(prompt_token_ids, lora_name).token_ids)
-        eos, generator = _sampling_args(max_tokens, eos_token_ids, temperature, seed)
+        eos, generator = sampling_args(max_tokens, eos_token_ids, temperature, seed)
         out: list[int] = []
         for _ in range(max_tokens):
             logprobs = await self.next_token_logprobs(prompt + out, lora_name=lora_name)
@@ -501,9 +501,17 @@ def _stack(outs: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return torch.stack(list(outs))
 
 
-def _sampling_args(
+def sampling_args(
     max_tokens: int, eos_token_ids: Iterable[int], temperature: float, seed: int | None
 ) -> tuple[frozenset[int], torch.Generator | None]:
+    """Validate ``sample``'s arguments; return the EOS ids and a seeded generator (or None).
+
+    Public so that a backend with its own sampler refuses bad input exactly like
+    :meth:`AsyncLMBase.sample` does.
+
+    Raises:
+        ValueError: Naming the bad value and the fix.
+    """
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise ValueError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
     if not isinstance(temperature, numbers.Real) or not temperature > 0:

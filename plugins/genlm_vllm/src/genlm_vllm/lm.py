@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, Request, _sampling_args
+from genlm_core.lm import BatchedAsyncLM, Request, sampling_args
 from genlm_vllm._compat import check_version, shutdown_engine
 from genlm_vllm._engine import EngineRunner
 from genlm_vllm.errors import ModelLoadError
@@ -190,7 +190,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
         an ordinary token unless listed. Same arguments as the base class.
         """
         eos = list(eos_token_ids)
-        _sampling_args(max_tokens, eos, temperature, seed)  # validate before dispatching
+        sampling_args(max_tokens, eos, temperature, seed)  # validate before dispatching
         if not _vllm_temperature(temperature):
             return await super().sample(
                 prompt_token_ids, max_tokens, eos, temperature, seed, lora_name
@@ -216,7 +216,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
         """
         requests = [self.make_request(ids, lora_name) for ids in prompt_token_ids_list]
         eos_list = list(eos_token_ids)
-        eos, _ = _sampling_args(max_tokens, eos_list, temperature, seed)
+        eos, _ = sampling_args(max_tokens, eos_list, temperature, seed)
         if not requests or max_tokens == 0:
             return [[] for _ in requests]
         if not _vllm_temperature(temperature):
