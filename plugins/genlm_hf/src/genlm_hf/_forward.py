@@ -42,10 +42,8 @@ __all__ = [
     "KVLayout",
     "Row",
     "Workspace",
-    "plan_groups",
     "probe_layout",
     "run_group",
-    "shared_prefixes",
 ]
 
 try:  # transformers >= 5.x: ``logits_to_keep`` may be a (batch, k) tensor of positions
@@ -154,57 +152,6 @@ def probe_layout(model: Any) -> tuple[KVLayout | None, str]:
 def _input_device(model: Any) -> torch.device:
     emb = model.get_input_embeddings()
     return emb.weight.device if emb is not None else model.device
-
-
-def plan_groups(rows: list[Row], bytes_per_token: int, max_group_bytes: int) -> list[list[Row]]:
-    """Split rows into forward passes that waste little on padding and fit in memory.
-
-    Rows are sorted by (new tokens, past length), longest first, and packed greedily. A
-    row joins the current group while the padded query slots stay within twice the real
-    ones (plus 64 slots of slack, so one-token steps always share a pass) and the K/V
-    buffer stays within ``max_group_bytes``.
-    """
-    order = sorted(rows, key=lambda r: (r.n_new, r.past_len), reverse=True)
-    groups: list[list[Row]] = []
-    group: list[Row] = []
-    width_new = width_past = real = 0
-    for row in order:
-        if group:
-            b = len(group) + 1
-            new_w = max(width_new, row.n_new)
-            past_w = max(width_past, row.past_len)
-            padded_ok = b * new_w <= 2 * (real + row.n_new) + 64
-            memory_ok = b * (new_w + past_w) * bytes_per_token <= max_group_bytes
-            if padded_ok and memory_ok:
-                group.append(row)
-                width_new, width_past, real = new_w, past_w, real + row.n_new
-                continue
-            groups.append(group)
-        group = [row]
-        width_new, width_past, real = row.n_new, row.past_len, row.n_new
-    if group:
-        groups.append(group)
-    return groups
-
-
-def shared_prefixes(rows: Sequence[Row], min_shared: int) -> list[tuple[int, ...]]:
-    """Prefixes that several rows share beyond their cached pasts, worth computing once.
-
-    In lexicographic order each row's longest common prefix with any other row is the
-    one with a neighbour, so comparing neighbours finds them all. A prefix qualifies
-    when it extends both neighbours' cached pasts by at least ``min_shared`` tokens.
-    """
-    ordered = sorted(rows, key=lambda r: r.token_ids)
-    found: set[tuple[int, ...]] = set()
-    for a, b in zip(ordered, ordered[1:], strict=False):
-        x, y = a.token_ids, b.token_ids
-        n = min(len(x), len(y))
-        m = 0
-        while m < n and x[m] == y[m]:
-            m += 1
-        if m - max(a.past_len, b.past_len) >= min_shared:
-            found.add(x[:m])
-    return sorted(found)
 
 
 class Workspace:

@@ -31,15 +31,14 @@ import torch
 from genlm_core.errors import InvalidTokenIdsError, ModelClosedError
 from genlm_core.heap import HeapTrimmer
 from genlm_core.lm import BatchedAsyncLM, Request
+from genlm_core.prefix_batching import plan_groups, shared_prefixes
 from genlm_hf._forward import (
     KVLayout,
     Row,
     Workspace,
     accepts_logits_to_keep,
-    plan_groups,
     probe_layout,
     run_group,
-    shared_prefixes,
 )
 from genlm_hf.errors import MissingDependencyError, ModelLoadError
 from genlm_hf.kvcache import KVCacheStats, PrefixKVCache

@@ -27,7 +27,7 @@ from typing import Any
 
 import mlx.core as mx
 
-__all__ = ["Row", "last_logits", "plan_groups", "run_group", "run_plain", "shared_prefixes"]
+__all__ = ["Row", "last_logits", "run_group", "run_plain"]
 
 
 @dataclasses.dataclass
@@ -84,58 +84,6 @@ class _LayerCache:
     @property
     def state(self) -> tuple[mx.array | None, mx.array | None]:
         return self.keys, self.values
-
-
-def plan_groups(rows: list[Row], bytes_per_token: int, max_group_bytes: int) -> list[list[Row]]:
-    """Split rows into forwards that waste little on padding and fit in memory.
-
-    Rows are sorted by (new tokens, past length), longest first, and packed greedily:
-    a row joins the current group while the padded query slots stay within twice the
-    real ones (plus 64 slots of slack, so one-token steps always share a forward) and
-    the assembled keys/values stay within ``max_group_bytes``.
-    """
-    order = sorted(rows, key=lambda r: (r.n_new, r.past_len), reverse=True)
-    groups: list[list[Row]] = []
-    group: list[Row] = []
-    width_new = width_past = real = 0
-    for row in order:
-        if group:
-            b = len(group) + 1
-            new_w = max(width_new, row.n_new)
-            past_w = max(width_past, row.past_len)
-            padded_ok = b * new_w <= 2 * (real + row.n_new) + 64
-            memory_ok = b * (new_w + past_w) * bytes_per_token <= max_group_bytes
-            if padded_ok and memory_ok:
-                group.append(row)
-                width_new, width_past, real = new_w, past_w, real + row.n_new
-                continue
-            groups.append(group)
-        group = [row]
-        width_new, width_past, real = row.n_new, row.past_len, row.n_new
-    if group:
-        groups.append(group)
-    return groups
-
-
-def shared_prefixes(rows: Sequence[Row], min_shared: int) -> list[tuple[int, ...]]:
-    """Prefixes that several rows share beyond their cached pasts, worth computing once.
-
-    In lexicographic order a row's longest common prefix with any other row is the one
-    with a neighbour, so comparing neighbours finds them all. A prefix qualifies when it
-    extends both neighbours' cached pasts by at least ``min_shared`` tokens and is
-    shorter than both prompts (the last position of a prompt is always computed).
-    """
-    ordered = sorted(rows, key=lambda r: r.token_ids)
-    found: set[tuple[int, ...]] = set()
-    for a, b in zip(ordered, ordered[1:], strict=False):
-        x, y = a.token_ids, b.token_ids
-        n = min(len(x), len(y))
-        m = 0
-        while m < n and x[m] == y[m]:
-            m += 1
-        if m - max(a.past_len, b.past_len) >= min_shared:
-            found.add(x[:m])
-    return sorted(found)
 
 
 def last_logits(logits: mx.array, n_new: Sequence[int]) -> mx.array:

@@ -34,12 +34,11 @@ import torch  # noqa: E402
 
 from genlm_core.errors import InvalidTokenIdsError, ModelClosedError  # noqa: E402
 from genlm_core.lm import BatchedAsyncLM, Request  # noqa: E402
+from genlm_core.prefix_batching import plan_groups, shared_prefixes  # noqa: E402
 from genlm_mlx._forward import (  # noqa: E402
     Row,
-    plan_groups,
     run_group,
     run_plain,
-    shared_prefixes,
 )
 from genlm_mlx._loading import ModelLoadError, load_model, resolve_path  # noqa: E402
 from genlm_mlx._lora import Switch, load_adapter, unload_adapter  # noqa: E402
