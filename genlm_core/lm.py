@@ -485,6 +485,11 @@ class BatchedAsyncLM(AsyncLMBase):
         if self.cache is not None:
             self.cache.clear()
 
+    def _drop_adapter_outputs(self, lora_name: str) -> None:
+        """Drop the cached outputs of adapter ``lora_name`` (it was replaced or removed)."""
+        if self.cache is not None:
+            self.cache.remove_if(lambda key: getattr(key, "lora_name", None) == lora_name)
+
     def _release(self) -> None:
         for batcher in list(self._batchers.values()):
             batcher.close()

@@ -351,8 +351,7 @@ class AsyncTransformer(BatchedAsyncLM):
         self.model.delete_adapter(lora_name)
         del self._loras[lora_name]
         self.kv_cache.drop_adapter(lora_name)
-        if self.cache is not None:
-            self.cache.remove_if(lambda key: getattr(key, "lora_name", None) == lora_name)
+        self._drop_adapter_outputs(lora_name)
         self._active = _UNKNOWN
 
     def _activate(self, lora_name: str | None) -> None:

@@ -356,8 +356,7 @@ class AsyncMlxLM(BatchedAsyncLM):
         unload_adapter(self.model, lora_name)
         del self._loras[lora_name]
         self.kv_cache.drop_adapter(lora_name)
-        if self.cache is not None:
-            self.cache.remove_if(lambda key: getattr(key, "lora_name", None) == lora_name)
+        self._drop_adapter_outputs(lora_name)
 
     # -- caches and lifecycle -------------------------------------------------------------
 

@@ -219,17 +219,9 @@ class AsyncVirtualLM(BatchedAsyncLM):
         eos, _ = sampling_args(max_tokens, eos_list, temperature, seed)
         if not requests or max_tokens == 0:
             return [[] for _ in requests]
-        if not _vllm_temperature(temperature):
-            exact = BatchedAsyncLM.sample
-            return list(
-                await asyncio.gather(
-                    *(
-                        exact(self, ids, max_tokens, eos_list, temperature, s, lora_name)
-                        for ids, s in zip(
-                            prompt_token_ids_list, _seeds(seed, len(requests)), strict=True
-                        )
-                    )
-                )
+        if not _vllm_temperature(temperature):  # the base class: seed + i, token by token
+            return await super().batch_sample(
+                prompt_token_ids_list, max_tokens, eos_list, temperature, seed, lora_name
             )
         from vllm import SamplingParams
 
@@ -300,8 +292,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
     def _forget_adapter(self, lora_name: str) -> None:
         request = self._loras.pop(lora_name)
         self._runner.engine.remove_lora(request.lora_int_id)
-        if self.cache is not None:
-            self.cache.remove_if(lambda key: getattr(key, "lora_name", None) == lora_name)
+        self._drop_adapter_outputs(lora_name)
 
     def _lora_request(self, lora_name: str | None) -> Any:
         return None if lora_name is None else self._loras[lora_name]
