@@ -485,6 +485,13 @@ class BatchedAsyncLM(AsyncLMBase):
         if self.cache is not None:
             self.cache.clear()
 
+    def output_cache_info(self) -> dict[str, int]:
+        """Entries and bytes held by the output cache (zeros when it is off)."""
+        cache = self.cache
+        if cache is None:
+            return {"entries": 0, "bytes": 0}
+        return {"entries": len(cache), "bytes": cache.nbytes}
+
     def _drop_adapter_outputs(self, lora_name: str) -> None:
         """Drop the cached outputs of adapter ``lora_name`` (it was replaced or removed)."""
         if self.cache is not None:

@@ -375,14 +375,10 @@ class AsyncTransformer(BatchedAsyncLM):
 
     def cache_info(self) -> dict[str, Any]:
         """Memory at a glance: K/V cache statistics, the reused forward buffer, log-probs."""
-        outputs = self.cache
         return {
             "kv": self.kv_cache.stats,
             "kv_workspace_bytes": self._workspace.nbytes,
-            "outputs": {
-                "entries": len(outputs) if outputs is not None else 0,
-                "bytes": outputs.nbytes if outputs is not None else 0,
-            },
+            "outputs": self.output_cache_info(),
         }
 
     def clear_kv_cache(self) -> None:
@@ -392,8 +388,7 @@ class AsyncTransformer(BatchedAsyncLM):
 
     def clear_cache(self) -> None:
         """Drop cached log-probs and key/value tensors."""
-        with self._lock:
-            self.kv_cache.clear()
+        self.clear_kv_cache()
         super().clear_cache()
 
     def _release(self) -> None:

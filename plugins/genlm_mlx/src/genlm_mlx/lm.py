@@ -367,13 +367,9 @@ class AsyncMlxLM(BatchedAsyncLM):
 
     def cache_info(self) -> dict[str, Any]:
         """Memory at a glance: K/V cache statistics and cached log-probs."""
-        outputs = self.cache
         return {
             "kv": self.kv_cache.stats,
-            "outputs": {
-                "entries": len(outputs) if outputs is not None else 0,
-                "bytes": outputs.nbytes if outputs is not None else 0,
-            },
+            "outputs": self.output_cache_info(),
         }
 
     def clear_kv_cache(self) -> None:
@@ -383,8 +379,7 @@ class AsyncMlxLM(BatchedAsyncLM):
 
     def clear_cache(self) -> None:
         """Drop cached log-probs and key/value arrays."""
-        with self._lock:
-            self.kv_cache.clear()
+        self.clear_kv_cache()
         super().clear_cache()
 
     def _release(self) -> None:
