@@ -33,7 +33,12 @@ import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
-from genlm_core.errors import BatcherClosedError, BatcherLoopError, BatchSizeMismatchError
+from genlm_core.errors import (
+    BatcherClosedError,
+    BatcherLoopError,
+    BatchSizeMismatchError,
+    WorkerInitError,
+)
 
 __all__ = ["AutoBatcher", "BatcherStats"]
 
@@ -80,6 +85,11 @@ class AutoBatcher(Generic[K, R]):
             on first use and stopped on close. An executor you pass is never shut
             down by the batcher; give it one worker to keep batches in order.
         name: Shown in errors and used as the worker thread's name.
+        thread_initializer: Called once in the dedicated worker thread before its
+            first batch (e.g. to set thread-local library settings), like
+            ``ThreadPoolExecutor``'s ``initializer``. If it raises, every batch of that
+            thread fails with :class:`~genlm_core.errors.WorkerInitError`. Not used
+            with ``executor``.
 
     Raises:
         ValueError: ``max_batch_size`` is not an integer >= 1, or ``max_wait`` is not
@@ -101,6 +111,7 @@ class AutoBatcher(Generic[K, R]):
         adaptive: bool = True,
         executor: concurrent.futures.Executor | None = None,
         name: str = "AutoBatcher",
+        thread_initializer: Callable[[], None] | None = None,
     ) -> None:
         if not callable(batch_fn):
             raise ValueError(f"batch_fn must be callable, got {batch_fn!r}")
@@ -115,7 +126,10 @@ class AutoBatcher(Generic[K, R]):
             or max_wait < 0
         ):
             raise ValueError(f"max_wait must be a finite number of seconds >= 0, got {max_wait!r}")
+        if thread_initializer is not None and not callable(thread_initializer):
+            raise ValueError(f"thread_initializer must be callable, got {thread_initializer!r}")
         self._batch_fn = batch_fn
+        self._thread_initializer = thread_initializer
         self.max_batch_size = max_batch_size
         self.max_wait = float(max_wait)
         self.adaptive = bool(adaptive)
@@ -418,7 +432,7 @@ class AutoBatcher(Generic[K, R]):
             else:
                 with self._lock:
                     if self._lane is None:
-                        self._lane = _Lane(self.name)
+                        self._lane = _Lane(self.name, self._thread_initializer)
                     lane = self._lane
                 lane.submit(self._call, keys, loop, on_done)
         except Exception as exc:  # e.g. the given executor was shut down
@@ -518,9 +532,11 @@ class _Lane:
     A daemon thread; it exits once the lane is shut down or garbage-collected.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, initializer: Callable[[], None] | None = None) -> None:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=_serve, args=(self._jobs,), name=name, daemon=True)
+        self.thread = threading.Thread(
+            target=_serve, args=(self._jobs, initializer, name), name=name, daemon=True
+        )
         self.thread.start()
         weakref.finalize(self, self._jobs.put, None)
 
@@ -539,11 +555,23 @@ class _Lane:
         self._jobs.put(None)
 
 
-def _serve(jobs: queue.SimpleQueue[Any]) -> None:
+def _serve(jobs: queue.SimpleQueue[Any], initializer: Callable[[], None] | None, name: str) -> None:
+    broken: WorkerInitError | None = None
+    if initializer is not None:
+        try:
+            initializer()
+        except Exception as exc:  # every batch of this thread fails with the reason
+            broken = WorkerInitError(
+                f"{name}: the worker thread's initializer {initializer!r} raised "
+                f"{type(exc).__name__}: {exc}; no batch can run on this thread"
+            )
+            broken.__cause__ = exc
     while (job := jobs.get()) is not None:
         fn, arg, loop, on_done = job
         job = None
         try:
+            if broken is not None:
+                raise broken
             outcome: tuple[Any, BaseException | None] = (fn(arg), None)
         except BaseException as exc:  # delivered to the callers, as an Executor would
             outcome = (None, exc)

@@ -25,6 +25,7 @@ __all__ = [
     "UnknownBackendError",
     "UnknownLoraError",
     "UnsupportedTokenizerError",
+    "WorkerInitError",
 ]
 
 
@@ -69,6 +70,10 @@ class BatcherLoopError(GenlmError, RuntimeError):
 
 class BatchSizeMismatchError(GenlmError, RuntimeError):
     """A batch function returned a different number of results than it was given."""
+
+
+class WorkerInitError(GenlmError, RuntimeError):
+    """An AutoBatcher's worker-thread initializer raised; that thread runs no batch."""
 
 
 class ModelClosedError(GenlmError, RuntimeError):

@@ -383,6 +383,14 @@ class BatchedAsyncLM(AsyncLMBase):
             One float32 tensor of shape ``(len(byte_vocab),)`` per request, in order.
         """
 
+    def init_worker_thread(self) -> None:
+        """Called once in each batcher worker thread before its first batch.
+
+        Override to set thread-local state for :meth:`compute_batch` (genlm-hf sets
+        the thread's torch threads here). It runs only in threads the batcher owns,
+        never in a caller's thread. Default: nothing.
+        """
+
     def _batch_fn(self, requests: list[Request]) -> list[torch.Tensor]:
         outs = list(self.compute_batch(requests))
         if len(outs) == len(requests):
@@ -413,6 +421,7 @@ class BatchedAsyncLM(AsyncLMBase):
                 max_batch_size=self.batch_size,
                 max_wait=self.max_wait,
                 name=f"{type(self).__name__}.batcher",
+                thread_initializer=self.init_worker_thread,
             )
             self._batchers[loop] = batcher
         return batcher

@@ -24,6 +24,7 @@ from genlm_core.errors import (
     BatcherLoopError,
     BatchSizeMismatchError,
     GenlmError,
+    WorkerInitError,
 )
 
 T = TypeVar("T")
@@ -657,3 +658,41 @@ def test_random_traffic_keeps_every_rule(
 def test_repr_names_the_batcher() -> None:
     batcher = AutoBatcher(lambda keys: keys, name="lm.batcher", max_batch_size=8)
     assert "lm.batcher" in repr(batcher) and "max_batch_size=8" in repr(batcher)
+
+
+# -- worker-thread initializer -----------------------------------------------------------
+
+
+async def test_thread_initializer_runs_once_in_the_worker_before_the_first_batch(
+    rec: Recorder,
+) -> None:
+    seen: list[tuple[threading.Thread, int]] = []
+    b = AutoBatcher(
+        rec, thread_initializer=lambda: seen.append((threading.current_thread(), len(rec.batches)))
+    )
+    assert await within(b.submit(1)) == ("r", 1)
+    assert await within(asyncio.gather(b.submit(2), b.submit(3))) == [("r", 2), ("r", 3)]
+    await b.aclose()
+    assert len(seen) == 1
+    thread, batches_before = seen[0]
+    assert batches_before == 0
+    assert thread is rec.threads[0] is rec.threads[-1]
+    assert thread is not threading.current_thread()
+
+
+async def test_failing_thread_initializer_fails_each_batch_with_the_reason(rec: Recorder) -> None:
+    def boom() -> None:
+        raise OSError("no such library")
+
+    b = AutoBatcher(rec, thread_initializer=boom, name="demo")
+    for key in (1, 2):  # every batch fails the same way; none hangs, none runs
+        with pytest.raises(WorkerInitError, match="demo.*OSError: no such library") as info:
+            await within(b.submit(key))
+        assert isinstance(info.value.__cause__, OSError)
+    assert rec.batches == []
+    await b.aclose()
+
+
+def test_thread_initializer_must_be_callable() -> None:
+    with pytest.raises(ValueError, match="thread_initializer must be callable"):
+        AutoBatcher(lambda keys: keys, thread_initializer=42)  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """AsyncLMBase / BatchedAsyncLM behaviour beyond the conformance suite."""
 
 import asyncio
+import threading
 
 import pytest
 import torch
@@ -197,4 +198,32 @@ async def test_model_works_across_event_loops(tokenizer):
 
     b = await asyncio.get_running_loop().run_in_executor(None, in_other_loop)
     assert torch.equal(a, b)
+    lm.cleanup()
+
+
+class ThreadAware(Flaky):
+    """Records which threads ``init_worker_thread`` and ``compute_batch`` ran on."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer)
+        self.inits = []
+        self.computes = []
+
+    def init_worker_thread(self):
+        self.inits.append(threading.current_thread())
+
+    def compute_batch(self, requests):
+        self.computes.append(threading.current_thread())
+        return super().compute_batch(requests)
+
+
+async def test_init_worker_thread_runs_in_the_batcher_thread_only(tokenizer):
+    lm = ThreadAware(tokenizer)
+    lm.next_token_logprobs_sync([5])  # the caller's thread: never initialised
+    assert lm.inits == []
+    await asyncio.gather(lm.next_token_logprobs([1]), lm.next_token_logprobs([2]))
+    await lm.next_token_logprobs([3])
+    assert len(lm.inits) == 1
+    assert lm.inits[0] is lm.computes[-1] is lm.computes[-2]
+    assert lm.inits[0] is not threading.current_thread()
     lm.cleanup()
