@@ -182,6 +182,46 @@ def test_random_workload_invariants():
     assert (cache.nbytes, len(cache)) == (0, 0)
 
 
+def batch_block(requests) -> torch.Tensor:
+    """The K/V block of one forward, ``(2 * layers, rows, heads, width, dim)``, padded with nan."""
+    width = max(len(seq) - start for seq, start in requests)
+    block = torch.full(
+        (LAYERS2, len(requests), HEADS, width, DIM), float("nan"), dtype=torch.float64
+    )
+    for j, (seq, start) in enumerate(requests):
+        block[:, j, :, : len(seq) - start] = fake_kv(seq, start)
+    return block
+
+
+def test_insert_many_equals_inserting_one_by_one():
+    """Random batches under a tight budget (slots reused inside a batch): same tree, same K/V."""
+    rng = random.Random(1)
+    unit = per_position_bytes()
+    batched, single = PrefixKVCache(30 * unit), PrefixKVCache(30 * unit)
+    seqs: list[list[int]] = [[0]]
+    for _ in range(60):
+        requests = []
+        for _ in range(rng.randrange(1, 7)):
+            parent = rng.choice(seqs)
+            seq = parent[: rng.randrange(0, len(parent) + 1)] + [
+                rng.randrange(4) for _ in range(rng.randrange(1, 5))
+            ]
+            seqs.append(seq)
+            past = sum(u for _, u in batched.match(None, seq, len(seq) - 1, record=False))
+            assert past == sum(u for _, u in single.match(None, seq, len(seq) - 1, record=False))
+            requests.append((seq, past))
+        batched.insert_many(None, requests, batch_block(requests))
+        for seq, past in requests:
+            single.insert(None, seq, past, fake_kv(seq, past))
+        assert batched.stats == single.stats
+        for seq, _ in requests:
+            segs = batched.match(None, seq, len(seq), record=False)
+            single.match(None, seq, len(seq), record=False)  # same LRU touches in both
+            n = sum(u for _, u in segs)
+            torch.testing.assert_close(assemble(batched, segs), fake_kv(seq, 0)[:, :, :n])
+    assert batched.stats.evictions > 0
+
+
 def test_zero_budget_stores_nothing():
     cache = PrefixKVCache(0)
     cache.insert(None, [1, 2], 0, fake_kv([1, 2], 0))

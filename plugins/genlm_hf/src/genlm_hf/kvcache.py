@@ -222,6 +222,56 @@ class PrefixKVCache:
             return
         if self._pool is None:
             self._allocate_pool(kv)
+        for slot, n, offset in self._place(adapter, token_ids, start):
+            self._pool[:, :, slot : slot + n].copy_(kv[:, :, offset : offset + n])  # type: ignore[index]
+
+    def insert_many(
+        self,
+        adapter: Hashable,
+        requests: Sequence[tuple[Sequence[int], int]],
+        kv: torch.Tensor,
+    ) -> None:
+        """:meth:`insert` for the rows of one forward, with one copy into the pool.
+
+        Args:
+            adapter: Which tree.
+            requests: ``(token_ids, start)`` per row, as for :meth:`insert`.
+            kv: The forward's new positions, ``(2 * layers, rows, heads, width, head_dim)``:
+                row ``j``'s positions ``start..`` are ``kv[:, j, :, 0 : len - start]``.
+        """
+        if self._max_bytes == 0 or not requests:
+            return
+        if self._pool is None:
+            self._allocate_pool(kv[:, 0])
+        width = kv.shape[3]
+        # slot -> flat source position (row * width + offset). A slot given out twice
+        # in one batch (its first node was evicted by a later row) keeps the later row.
+        source: dict[int, int] = {}
+        for j, (token_ids, start) in enumerate(requests):
+            base = j * width
+            for slot, n, offset in self._place(adapter, token_ids, start):
+                for i in range(n):
+                    source[slot + i] = base + offset + i
+        if not source:
+            return
+        pool = self._pool
+        assert pool is not None
+        layers2, rows, heads, _, dim = kv.shape
+        flat = kv.transpose(1, 2).reshape(layers2, heads, rows * width, dim)
+        device = pool.device
+        dest = torch.tensor(list(source), dtype=torch.long, device=device)
+        src = torch.tensor(list(source.values()), dtype=torch.long, device=device)
+        pool.index_copy_(2, dest, flat.index_select(2, src))
+
+    def _place(
+        self, adapter: Hashable, token_ids: Sequence[int], start: int
+    ) -> list[tuple[int, int, int]]:
+        """Add the tree nodes for a request; return the copies to make into the pool.
+
+        Returns:
+            ``(first slot, count, offset)`` per run: positions ``start + offset ..`` of
+            the request go to those slots. Empty when nothing is to be stored.
+        """
         end = len(token_ids)
         node = self._roots.get(adapter)
         if node is None:
@@ -247,19 +297,20 @@ class PrefixKVCache:
             pos += len(child.tokens)
             node = child
         self._touch(path)
+        copies: list[tuple[int, int, int]] = []
         if start <= pos < end:
             runs = self._alloc(end - pos, protect=path)
             if runs is not None:
-                pool = self._pool
                 offset = pos - start
                 for s, n in runs:
-                    pool[:, :, s : s + n].copy_(kv[:, :, offset : offset + n])  # type: ignore[index]
+                    copies.append((s, n, offset))
                     offset += n
                 new = _Node(tuple(token_ids[pos:]), runs, node)
                 node.children[new.tokens[0]] = new
                 self._lru[new] = None  # most recent, then its ancestors:
                 self._touch(path)
                 self._tokens += end - pos
+        return copies
 
     def _split(self, node: _Node, m: int) -> _Node:
         """Split ``node`` after ``m`` tokens; return the new upper node (parent of ``node``).

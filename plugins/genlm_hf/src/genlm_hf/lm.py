@@ -37,9 +37,11 @@ from genlm_hf._forward import (
     Row,
     Workspace,
     accepts_logits_to_keep,
+    log_softmax_rows,
     probe_layout,
     run_group,
 )
+from genlm_hf._threads import auto_worker_threads, set_thread_torch_threads
 from genlm_hf.errors import MissingDependencyError, ModelLoadError
 from genlm_hf.kvcache import KVCacheStats, PrefixKVCache
 
@@ -94,6 +96,11 @@ class AsyncTransformer(BatchedAsyncLM):
             0 disables prefix reuse: every request then runs its whole prompt.
         max_batch_kv_bytes: Cap on one forward's key/value buffer; larger batches are
             split into several forwards.
+        worker_threads: Torch threads of the batcher's worker thread, which runs the
+            forwards (no other thread's setting changes). None: 1 for a CPU model of
+            fewer than 20M parameters, whose operations are too small to gain from
+            threads while a second multi-threaded torch thread slows the caller's own
+            torch work (see :mod:`genlm_hf._threads`); torch's setting otherwise.
         timeout: genlm-backend's name for ``max_wait`` (accepted for migration).
         **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``).
     """
@@ -109,6 +116,7 @@ class AsyncTransformer(BatchedAsyncLM):
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
         max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
+        worker_threads: int | None = None,
         timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
@@ -120,6 +128,15 @@ class AsyncTransformer(BatchedAsyncLM):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
+        if worker_threads is not None and (
+            isinstance(worker_threads, bool)
+            or not isinstance(worker_threads, int)
+            or worker_threads < 1
+        ):
+            raise ValueError(
+                f"worker_threads must be an integer >= 1, or None for automatic, "
+                f"got {worker_threads!r}"
+            )
         hf_model.eval()
         width = _logits_width(hf_model)
         super().__init__(
@@ -134,6 +151,11 @@ class AsyncTransformer(BatchedAsyncLM):
         self.model = hf_model
         self.device = getattr(hf_model, "device", torch.device("cpu"))
         self.max_batch_kv_bytes = int(max_batch_kv_bytes)
+        self.worker_threads = (
+            worker_threads
+            if worker_threads is not None
+            else auto_worker_threads(hf_model, torch.device(self.device))
+        )
         self._lock = threading.Lock()  # one forward at a time: batcher thread vs sync callers
         self._active: object = None  # adapter currently enabled on the model
         self._keep_kwarg = accepts_logits_to_keep(hf_model)
@@ -142,6 +164,9 @@ class AsyncTransformer(BatchedAsyncLM):
         # forward's working memory, and the prefix cache (what is left).
         keep, reserve = split_kv_budget(kv_cache_bytes, self.max_batch_kv_bytes)
         self._workspace = Workspace(keep_bytes=keep)
+        # Logits and log-probs of a batch: reused buffers, inside the working reserve.
+        self._logits_workspace = Workspace(keep_bytes=reserve // 4)
+        self._logprobs_workspace = Workspace(keep_bytes=reserve // 4)
         self.kv_cache = PrefixKVCache(kv_cache_bytes - keep - reserve)
         self._layout: KVLayout | None = None
         # Freed forward buffers would otherwise stay resident above the budgets.
@@ -203,6 +228,11 @@ class AsyncTransformer(BatchedAsyncLM):
 
     # -- the batch computation ----------------------------------------------------------
 
+    def init_worker_thread(self) -> None:
+        """Give the batcher's worker thread :attr:`worker_threads` torch threads."""
+        if self.worker_threads is not None:
+            set_thread_torch_threads(self.worker_threads)
+
     def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
         """Log-probs for distinct requests: per adapter, cached pasts + batched forwards."""
         outs: list[torch.Tensor] = []
@@ -260,16 +290,17 @@ class AsyncTransformer(BatchedAsyncLM):
                 keep_kwarg=self._keep_kwarg,
                 workspace=self._workspace,
                 pool=self.kv_cache.pool,
+                logits_workspace=self._logits_workspace,
             )
-            # Row by row, so each result owns its storage: the byte-bounded output cache
-            # then holds what it counts (rows of one batched call would pin the batch).
-            for j, row in enumerate(group):
-                done[row.token_ids] = torch.log_softmax(
-                    logits[j], dim=-1, dtype=torch.float32
-                ).cpu()
-                if buffer is not None:
-                    kv = buffer[:, j, :, width_past : width_past + row.n_new]
-                    self.kv_cache.insert(lora_name, row.token_ids, row.past_len, kv)
+            rows_out = log_softmax_rows(logits, self._logprobs_workspace)
+            for row, out in zip(group, rows_out, strict=True):
+                done[row.token_ids] = out
+            if buffer is not None:
+                self.kv_cache.insert_many(
+                    lora_name,
+                    [(row.token_ids, row.past_len) for row in group],
+                    buffer[:, :, :, width_past:],
+                )
             del buffer, logits
         return done
 
@@ -378,6 +409,8 @@ class AsyncTransformer(BatchedAsyncLM):
         return {
             "kv": self.kv_cache.stats,
             "kv_workspace_bytes": self._workspace.nbytes,
+            "logits_workspace_bytes": self._logits_workspace.nbytes
+            + self._logprobs_workspace.nbytes,
             "outputs": self.output_cache_info(),
         }
 
@@ -396,6 +429,8 @@ class AsyncTransformer(BatchedAsyncLM):
         with self._lock:  # waits for an in-flight forward
             self.model = None
             self._workspace.release()
+            self._logits_workspace.release()
+            self._logprobs_workspace.release()
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""The forward's helpers: worker threads, reused logits buffers, per-row log-probs."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
+
+from genlm_hf._forward import Workspace, _logits_into, log_softmax_rows  # noqa: E402
+from genlm_hf._threads import (  # noqa: E402
+    SMALL_MODEL_PARAMETERS,
+    auto_worker_threads,
+    set_thread_torch_threads,
+)
+
+
+def in_thread(fn):
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join()
+    return out[0]
+
+
+def test_set_thread_torch_threads_changes_only_the_calling_thread():
+    before = torch.get_num_threads()
+
+    def worker():
+        set_thread_torch_threads(1)
+        return torch.get_num_threads()
+
+    assert in_thread(worker) == 1
+    assert torch.get_num_threads() == before  # this thread
+    assert in_thread(torch.get_num_threads) == before  # threads started afterwards
+
+
+def test_auto_worker_threads_single_threads_only_small_cpu_models():
+    small = torch.nn.Linear(10, 10)
+    big = torch.nn.Embedding(SMALL_MODEL_PARAMETERS // 64 + 1, 64, _freeze=True)
+    assert auto_worker_threads(small, torch.device("cpu")) == 1
+    assert auto_worker_threads(big, torch.device("cpu")) is None
+    assert auto_worker_threads(small, torch.device("cuda")) is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_worker_threads_validated(hf_models, bad):
+    with pytest.raises(ValueError, match="worker_threads must be an integer >= 1"):
+        hf_models("tiny-gpt2").lm(worker_threads=bad)
+
+
+async def test_worker_threads_apply_to_the_batcher_thread_only(hf_models):
+    lm = hf_models("tiny-gpt2").lm()
+    assert lm.worker_threads == 1  # tiny GPT-2: a few million parameters
+    seen = []
+    compute = lm.compute_batch
+
+    def spy(requests):
+        seen.append(torch.get_num_threads())
+        return compute(requests)
+
+    lm.compute_batch = spy
+    before = torch.get_num_threads()
+    await lm.next_token_logprobs([1, 2])
+    assert seen == [1]
+    assert torch.get_num_threads() == before
+    lm.cleanup()
+
+
+def test_log_softmax_rows_own_their_storage_and_match_torch():
+    logits = torch.randn(5, 300, dtype=torch.float64)
+    ws = Workspace(keep_bytes=1 << 20)
+    for workspace in (None, ws):
+        rows = log_softmax_rows(logits, workspace)
+        assert len(rows) == 5
+        for j, row in enumerate(rows):
+            assert row.dtype == torch.float32 and row.shape == (300,)
+            assert row.untyped_storage().nbytes() == row.nbytes
+            torch.testing.assert_close(row, torch.log_softmax(logits[j].float(), -1))
+    kept = log_softmax_rows(logits, ws)[0].clone()
+    log_softmax_rows(torch.zeros(5, 300), ws)  # reuses the buffer: earlier rows unchanged
+    torch.testing.assert_close(log_softmax_rows(logits, ws)[0], kept)
+
+
+class Head(torch.nn.Module):
+    def __init__(self, head: torch.nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def forward(self, x):
+        return self.head(x) * 2.0  # post-processing after the head, like soft-capping
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_logits_into_writes_the_buffer_and_computes_the_same(bias):
+    torch.manual_seed(0)
+    model = Head(torch.nn.Linear(8, 40, bias=bias))
+    x = torch.randn(3, 1, 8)
+    expected = model(x)
+    ws = Workspace(keep_bytes=1 << 20)
+    with torch.no_grad(), _logits_into(model, ws):
+        got = model(x)
+        assert "forward" in vars(model.head)
+    assert "forward" not in vars(model.head)  # restored
+    torch.testing.assert_close(got, expected)
+    assert ws.nbytes > 0
+
+
+def test_logits_into_leaves_other_heads_alone():
+    class Wrapped(torch.nn.Linear):
+        pass
+
+    hooked = torch.nn.Linear(8, 40)
+    hooked.register_forward_hook(lambda *a: None)
+    for head in (Wrapped(8, 40), hooked):
+        model = Head(head)
+        ws = Workspace(keep_bytes=1 << 20)
+        with torch.no_grad(), _logits_into(model, ws):
+            model(torch.randn(2, 1, 8))
+        assert ws.nbytes == 0
+    plain = Head(torch.nn.Linear(8, 40))
+    with _logits_into(plain, ws):  # autograd on: left alone
+        assert "forward" not in vars(plain.head)
