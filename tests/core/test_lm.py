@@ -1,7 +1,9 @@
 """AsyncLMBase / BatchedAsyncLM behaviour beyond the conformance suite."""
 
 import asyncio
+import gc
 import threading
+import weakref
 
 import pytest
 import torch
@@ -15,6 +17,8 @@ from genlm_core.errors import (
     UnknownLoraError,
 )
 from genlm_core.testing import ByteTokenizer, MockAsyncLM
+
+GUARD_SECONDS = 30.0  # only turns a hang into a failure
 
 
 @pytest.fixture(scope="module")
@@ -227,3 +231,16 @@ async def test_init_worker_thread_runs_in_the_batcher_thread_only(tokenizer):
     assert lm.inits[0] is lm.computes[-1] is lm.computes[-2]
     assert lm.inits[0] is not threading.current_thread()
     lm.cleanup()
+
+
+def test_a_dropped_model_is_freed_with_its_worker_thread(tokenizer):
+    """The worker thread stops with its event loop and keeps nothing alive: no cleanup() needed."""
+    lm = ThreadAware(tokenizer)
+    asyncio.run(lm.next_token_logprobs([1]))
+    worker = lm.inits[0]
+    ref = weakref.ref(lm)
+    del lm
+    gc.collect()
+    assert ref() is None
+    worker.join(GUARD_SECONDS)  # the freed batcher stops its thread
+    assert not worker.is_alive()

@@ -193,7 +193,8 @@ def batch_block(requests) -> torch.Tensor:
     return block
 
 
-def test_insert_many_equals_inserting_one_by_one():
+@pytest.mark.parametrize("max_copy_bytes", [8 << 20, 0], ids=["one-copy", "run-by-run"])
+def test_insert_many_equals_inserting_one_by_one(max_copy_bytes):
     """Random batches under a tight budget (slots reused inside a batch): same tree, same K/V."""
     rng = random.Random(1)
     unit = per_position_bytes()
@@ -210,7 +211,7 @@ def test_insert_many_equals_inserting_one_by_one():
             past = sum(u for _, u in batched.match(None, seq, len(seq) - 1, record=False))
             assert past == sum(u for _, u in single.match(None, seq, len(seq) - 1, record=False))
             requests.append((seq, past))
-        batched.insert_many(None, requests, batch_block(requests))
+        batched.insert_many(None, requests, batch_block(requests), max_copy_bytes)
         for seq, past in requests:
             single.insert(None, seq, past, fake_kv(seq, past))
         assert batched.stats == single.stats

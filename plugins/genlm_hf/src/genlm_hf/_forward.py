@@ -40,6 +40,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from genlm_hf.kvcache import Run
 
 __all__ = [
+    "BATCHED_COPY_BYTES",
     "KVLayout",
     "Row",
     "Workspace",
@@ -199,30 +200,62 @@ class Workspace:
         self._flat = None
 
 
+#: Largest temporary copy the batched gather/store paths may make (bytes); bigger
+#: batches go row by row, so a forward's working memory stays within its reserve.
+BATCHED_COPY_BYTES = 8 << 20
+
+
 def _gather_pasts(
     buffer: torch.Tensor, rows: Sequence[Row], width_past: int, pool: torch.Tensor | None
 ) -> None:
     """Fill the past slots of ``buffer`` from the pool, left-padded with zeros.
 
-    One ``index_select`` over every row's slots and one strided copy into the buffer,
-    however many rows and segments there are (a sampler's past is a chain of one-token
-    segments; a copy per row or per segment costs more than the forward's attention).
-    Padding positions read any slot and are zeroed afterwards.
+    Small batches (a sampler's steps on a small model): one ``index_select`` over
+    every row's slots and one strided copy, however many rows and segments. Larger
+    ones: per row, one copy for a single run or one ``index_select`` into a reused
+    scratch row, so the temporary stays one row's past (at most
+    :data:`BATCHED_COPY_BYTES` in the batched path).
     """
-    if width_past == 0:
+    if width_past == 0 or pool is None:
+        for i, row in enumerate(rows):
+            if width_past - row.past_len:
+                buffer[:, i, :, : width_past - row.past_len].zero_()
         return
-    slots: list[int] = []
-    for row in rows:
-        slots.extend([0] * (width_past - row.past_len))
-        for start, n in row.segments:
-            slots.extend(range(start, start + n))
-    if pool is not None:
-        layers2, batch, heads, _, dim = buffer.shape
+    layers2, batch, heads, _, dim = buffer.shape
+    if batch * width_past * layers2 * heads * dim * buffer.element_size() <= BATCHED_COPY_BYTES:
+        slots: list[int] = []
+        for row in rows:
+            slots.extend([0] * (width_past - row.past_len))  # padding: zeroed below
+            for start, n in row.segments:
+                slots.extend(range(start, start + n))
         index = torch.tensor(slots, dtype=torch.long, device=pool.device)
         gathered = torch.index_select(pool, 2, index)  # (layers2, heads, B * P, dim)
         buffer[:, :, :, :width_past].copy_(
             gathered.view(layers2, heads, batch, width_past, dim).transpose(1, 2)
         )
+    else:
+        scratch: torch.Tensor | None = None
+        for i, row in enumerate(rows):
+            if not row.segments:
+                continue
+            dest = buffer[:, i, :, width_past - row.past_len : width_past]
+            if len(row.segments) == 1:
+                start, n = row.segments[0]
+                dest.copy_(pool[:, :, start : start + n])
+                continue
+            if scratch is None:  # flat, so that every row's view of it is contiguous
+                scratch = torch.empty(
+                    layers2 * heads * width_past * dim, dtype=pool.dtype, device=pool.device
+                )
+            out = scratch[: layers2 * heads * row.past_len * dim].view(
+                layers2, heads, row.past_len, dim
+            )
+            index = torch.tensor(
+                [s for start, n in row.segments for s in range(start, start + n)],
+                device=pool.device,
+            )
+            torch.index_select(pool, 2, index, out=out)
+            dest.copy_(out)
     for i, row in enumerate(rows):
         offset = width_past - row.past_len
         if offset:

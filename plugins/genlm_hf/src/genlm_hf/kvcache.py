@@ -230,6 +230,7 @@ class PrefixKVCache:
         adapter: Hashable,
         requests: Sequence[tuple[Sequence[int], int]],
         kv: torch.Tensor,
+        max_copy_bytes: int = 8 << 20,
     ) -> None:
         """:meth:`insert` for the rows of one forward, with one copy into the pool.
 
@@ -238,24 +239,34 @@ class PrefixKVCache:
             requests: ``(token_ids, start)`` per row, as for :meth:`insert`.
             kv: The forward's new positions, ``(2 * layers, rows, heads, width, head_dim)``:
                 row ``j``'s positions ``start..`` are ``kv[:, j, :, 0 : len - start]``.
+            max_copy_bytes: A ``kv`` bigger than this is stored run by run instead of
+                through one temporary copy of the whole block.
         """
         if self._max_bytes == 0 or not requests:
             return
         if self._pool is None:
             self._allocate_pool(kv[:, 0])
         width = kv.shape[3]
-        # slot -> flat source position (row * width + offset). A slot given out twice
-        # in one batch (its first node was evicted by a later row) keeps the later row.
-        source: dict[int, int] = {}
-        for j, (token_ids, start) in enumerate(requests):
-            base = j * width
-            for slot, n, offset in self._place(adapter, token_ids, start):
-                for i in range(n):
-                    source[slot + i] = base + offset + i
-        if not source:
+        copies = [  # (first slot, count, row, offset), in insertion order
+            (slot, n, j, offset)
+            for j, (token_ids, start) in enumerate(requests)
+            for slot, n, offset in self._place(adapter, token_ids, start)
+        ]
+        if not copies:
             return
         pool = self._pool
         assert pool is not None
+        if kv.numel() * kv.element_size() > max_copy_bytes:
+            # Large: run by run, with no temporary copy of the block. In order, so a
+            # slot given out twice (its first node evicted by a later row) ends up
+            # holding the later row, as with one-by-one inserts.
+            for slot, n, j, offset in copies:
+                pool[:, :, slot : slot + n].copy_(kv[:, j, :, offset : offset + n])
+            return
+        source: dict[int, int] = {}  # slot -> flat source position; later rows win
+        for slot, n, j, offset in copies:
+            for i in range(n):
+                source[slot + i] = j * width + offset + i
         layers2, rows, heads, _, dim = kv.shape
         flat = kv.transpose(1, 2).reshape(layers2, heads, rows * width, dim)
         device = pool.device
