@@ -174,6 +174,9 @@ class AsyncLMBase(ABC):
                 "(e.g. the tokenizer's BOS token id)"
             )
         n = len(self.byte_vocab)
+        # Fast path, on every call of a sampler: plain ints, all in range.
+        if all(type(t) is int for t in ids) and 0 <= min(ids) and max(ids) < n:
+            return ids
         for pos, t in enumerate(ids):
             if isinstance(t, bool) or not isinstance(t, numbers.Integral):
                 raise InvalidTokenIdsError(

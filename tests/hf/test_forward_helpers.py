@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -126,3 +127,35 @@ def test_logits_into_leaves_other_heads_alone():
     plain = Head(torch.nn.Linear(8, 40))
     with _logits_into(plain, ws):  # autograd on: left alone
         assert "forward" not in vars(plain.head)
+
+
+def test_split_rows_over_a_helper_thread_computes_the_same():
+    import concurrent.futures
+
+    from genlm_hf._forward import MIN_SPLIT_ROWS
+
+    torch.manual_seed(0)
+    model = Head(torch.nn.Linear(8, 40))
+    x = torch.randn(MIN_SPLIT_ROWS + 3, 1, 8)  # an odd number of rows: unequal halves
+    with torch.no_grad():
+        expected = model(x)
+    with concurrent.futures.ThreadPoolExecutor(
+        1, initializer=set_thread_torch_threads, initargs=(1,)
+    ) as helper:
+        ws = Workspace(keep_bytes=1 << 20)
+        with torch.no_grad(), _logits_into(model, ws, helper):
+            got = model(x)
+        logits = torch.randn(MIN_SPLIT_ROWS + 1, 300)
+        rows = log_softmax_rows(logits, Workspace(keep_bytes=1 << 20), helper)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(torch.stack(rows), torch.log_softmax(logits, -1))
+
+
+def test_small_cpu_models_get_a_helper_thread(hf_models):
+    lm = hf_models("tiny-gpt2").lm()
+    assert (lm._helper is not None) == (len(os.sched_getaffinity(0)) > 1)
+    big = hf_models("tiny-gpt2").lm(worker_threads=2)
+    assert big._helper is None
+    lm.cleanup()
+    big.cleanup()
+    assert lm._helper is None  # shut down with the model

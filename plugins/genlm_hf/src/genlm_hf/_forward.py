@@ -27,6 +27,7 @@ back into the prefix cache is one slice of that buffer.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import inspect
@@ -304,8 +305,48 @@ class _SlotCache(DynamicCache):
         Cache.__init__(self, layers=layers)
 
 
+#: Fewest rows a batch needs before its output projection and log-softmax are split
+#: between two threads (below, the hand-off costs more than the halves save).
+MIN_SPLIT_ROWS = 8
+
+
+@torch.no_grad()  # also in the helper thread: grad mode is per thread
+def _linear_into(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor
+) -> None:
+    torch.matmul(hidden, weight.t(), out=out)
+    if bias is not None:
+        out.add_(bias)
+
+
+def _split_rows(
+    helper: concurrent.futures.Executor | None,
+    fn: Any,
+    rows_in: torch.Tensor,
+    *args: Any,
+) -> None:
+    """Run ``fn(rows_in, *args, out)`` (``out`` = last arg) over both halves of the rows.
+
+    The second half goes to ``helper`` and the first runs here, both at once (torch
+    releases the GIL in kernels); without a helper, or with few rows, one call.
+    """
+    *extra, out = args
+    n = rows_in.shape[0]
+    if helper is None or n < MIN_SPLIT_ROWS:
+        fn(rows_in, *extra, out)
+        return
+    half = n // 2
+    job = helper.submit(fn, rows_in[half:], *extra, out[half:])
+    try:
+        fn(rows_in[:half], *extra, out[:half])
+    finally:
+        job.result()
+
+
 @contextlib.contextmanager
-def _logits_into(model: Any, workspace: Workspace | None) -> Iterator[None]:
+def _logits_into(
+    model: Any, workspace: Workspace | None, helper: concurrent.futures.Executor | None = None
+) -> Iterator[None]:
     """During a forward, make a plain linear output head write into ``workspace``.
 
     Why: on a CPU the logits are the largest tensor of a forward (64 rows x 50k
@@ -317,6 +358,10 @@ def _logits_into(model: Any, workspace: Workspace | None) -> Iterator[None]:
     (a LoRA-wrapped head, quantized layers) or carry hooks, accelerators (whose
     caching allocator already reuses memory), and forwards with autograd on are left
     alone.
+
+    With a ``helper`` (a one-thread executor whose thread runs torch single-threaded),
+    the projection is split by rows between it and the calling thread: two cores
+    without a second OpenMP team (see :mod:`genlm_hf._threads`).
     """
     head = model.get_output_embeddings() if workspace is not None else None
     if (
@@ -333,9 +378,7 @@ def _logits_into(model: Any, workspace: Workspace | None) -> Iterator[None]:
 
     def project(hidden: torch.Tensor) -> torch.Tensor:
         out = workspace.get((*hidden.shape[:-1], weight.shape[0]), weight.dtype, weight.device)
-        torch.matmul(hidden, weight.t(), out=out)
-        if bias is not None:
-            out.add_(bias)
+        _split_rows(helper, _linear_into, hidden, weight, bias, out)
         return out
 
     head.forward = project
@@ -355,6 +398,7 @@ def run_group(
     workspace: Workspace | None = None,
     pool: torch.Tensor | None = None,
     logits_workspace: Workspace | None = None,
+    helper: concurrent.futures.Executor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
     """Run one forward for ``rows``.
 
@@ -368,6 +412,7 @@ def run_group(
         pool: The prefix cache's slot pool the rows' segments point into.
         logits_workspace: Where a plain linear output head writes its logits (see
             :func:`_logits_into`); they are then only valid until the next call.
+        helper: A one-thread executor that computes half of the output projection.
 
     Returns:
         ``(logits, buffer, P)``: last-position logits of shape ``(B, vocab)``; the K/V
@@ -409,7 +454,7 @@ def run_group(
         else:
             buffer = torch.empty(shape, dtype=layout.dtype, device=device)
         _gather_pasts(buffer, rows, width_past, pool)
-        with _logits_into(model, logits_workspace):
+        with _logits_into(model, logits_workspace, helper):
             out = model(
                 input_ids.to(device),
                 attention_mask=attention_mask.to(device),
@@ -441,12 +486,15 @@ def run_group(
 
 @torch.no_grad()
 def log_softmax_rows(
-    logits: torch.Tensor, workspace: Workspace | None = None
+    logits: torch.Tensor,
+    workspace: Workspace | None = None,
+    helper: concurrent.futures.Executor | None = None,
 ) -> list[torch.Tensor]:
     """Row-wise float32 log-softmax of ``(B, vocab)`` logits, as ``B`` CPU tensors.
 
     One batched kernel (into ``workspace``'s buffer when given: no fresh pages per
-    batch), one device-to-host transfer, then one copy per row so that every result
+    batch; split by rows with ``helper`` as in :func:`_logits_into`), one device-to-host
+    transfer, then one copy per row so that every result
     owns its storage: the byte-bounded output cache then holds what it counts, and a
     caller keeping one row does not keep the whole batch alive.
 
@@ -458,7 +506,12 @@ def log_softmax_rows(
     """
     if workspace is not None:
         lp = workspace.get(tuple(logits.shape), torch.float32, logits.device)
-        torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=lp)
+        _split_rows(helper, _log_softmax_into, logits, lp)
     else:
         lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
     return [torch.from_numpy(row.copy()) for row in lp.cpu().numpy()]
+
+
+@torch.no_grad()
+def _log_softmax_into(logits: torch.Tensor, out: torch.Tensor) -> None:
+    torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=out)

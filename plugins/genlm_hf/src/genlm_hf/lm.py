@@ -21,7 +21,9 @@ requests are grouped per adapter, and each adapter has its own prefix tree.
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -156,6 +158,15 @@ class AsyncTransformer(BatchedAsyncLM):
             if worker_threads is not None
             else auto_worker_threads(hf_model, torch.device(self.device))
         )
+        # A single-threaded worker gets a second plain thread for a batch's two big ops.
+        self._helper: concurrent.futures.ThreadPoolExecutor | None = None
+        if self.worker_threads == 1 and _usable_cpus() > 1:
+            self._helper = concurrent.futures.ThreadPoolExecutor(
+                1,
+                thread_name_prefix="genlm-hf-helper",
+                initializer=set_thread_torch_threads,
+                initargs=(1,),
+            )
         self._lock = threading.Lock()  # one forward at a time: batcher thread vs sync callers
         self._active: object = None  # adapter currently enabled on the model
         self._keep_kwarg = accepts_logits_to_keep(hf_model)
@@ -291,8 +302,9 @@ class AsyncTransformer(BatchedAsyncLM):
                 workspace=self._workspace,
                 pool=self.kv_cache.pool,
                 logits_workspace=self._logits_workspace,
+                helper=self._helper,
             )
-            rows_out = log_softmax_rows(logits, self._logprobs_workspace)
+            rows_out = log_softmax_rows(logits, self._logprobs_workspace, self._helper)
             for row, out in zip(group, rows_out, strict=True):
                 done[row.token_ids] = out
             if buffer is not None:
@@ -431,6 +443,9 @@ class AsyncTransformer(BatchedAsyncLM):
             self._workspace.release()
             self._logits_workspace.release()
             self._logprobs_workspace.release()
+            if self._helper is not None:
+                self._helper.shutdown(wait=False)
+                self._helper = None
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -460,3 +475,10 @@ def _max_positions(model: Any) -> int | None:
     config = model.config.get_text_config()
     n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
