@@ -1,12 +1,9 @@
 """PrefixKVCache: key/value tensors of token prefixes, in a radix tree over a slot pool.
 
-Why a radix tree of *segments*. Probabilistic programs extend the same prefixes over
-and over: every particle of a sampler shares the prompt, then adds one token per
-step. Each node of the tree stands for the tokens one forward pass added (its edge
-label) and owns the key/value vectors of exactly those positions. A prompt is one
-node; a particle's step is a one-token child. A prefix is stored once, however many
-continuations it has, and assembling a request's past is one copy per stored run,
-not one per token and layer.
+The tree (segments per forward, per-adapter roots, LRU over leaves) is
+:class:`genlm_core.prefix_tree.PrefixTree`; a node's payload here is a few runs of
+slots, so assembling a request's past is one copy per stored run, not one per token
+and layer.
 
 Why a slot pool. The K/V of one position, all layers stacked, is a *slot* of one
 preallocated tensor of shape ``(2 * layers, heads, slots, head_dim)``; a node owns a
@@ -17,12 +14,6 @@ never fragments the process heap (with one tensor per segment, glibc's heap grew
 never exceeds the budget, and splitting a node copies nothing. Freed slots are
 reused last-in first-out, so the pages touched stay few.
 
-Why LRU over leaves. A node's K/V is only meaningful after its ancestors', so only
-leaves can go. Every use touches the path from the deepest node up to the root, so
-a parent is always more recent than its children and the least recently used node
-is always a leaf: eviction pops from the front of one ordered dict. Results never
-change after eviction: an evicted prefix is simply recomputed.
-
 One tree per LoRA adapter (``None`` = the base model), one pool, budget and LRU
 order across them. Not thread-safe: the model calls it under its lock.
 """
@@ -30,10 +21,11 @@ order across them. Not thread-safe: the model calls it under its lock.
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
 import torch
+
+from genlm_core.prefix_tree import PrefixTree
 
 __all__ = ["KVCacheStats", "PrefixKVCache", "Run"]
 
@@ -68,18 +60,6 @@ class KVCacheStats:
     misses: int
     hit_tokens: int
     evictions: int
-
-
-class _Node:
-    """A segment of a prefix: its tokens, the slot runs holding their K/V, tree links."""
-
-    __slots__ = ("tokens", "runs", "parent", "children")
-
-    def __init__(self, tokens: tuple[int, ...], runs: list[Run], parent: _Node | None) -> None:
-        self.tokens = tokens
-        self.runs = runs
-        self.parent = parent
-        self.children: dict[int, _Node] = {}
 
 
 def _take(runs: list[Run], m: int) -> tuple[list[Run], list[Run]]:
@@ -126,13 +106,9 @@ class PrefixKVCache:
         self._fresh = 0  # slots [fresh, pool size) were never used
         self._free: list[Run] = []  # freed runs, reused last-in first-out
         self._used = 0  # slots held by nodes
-        self._roots: dict[Hashable, _Node] = {}
-        self._lru: OrderedDict[_Node, None] = OrderedDict()
-        self._tokens = 0
-        self._hits = 0
-        self._misses = 0
-        self._hit_tokens = 0
-        self._evictions = 0
+        self._tree: PrefixTree[list[Run]] = PrefixTree(
+            split=_take, release=self._free_runs
+        )  # a node's payload: the runs of slots holding its positions
 
     @property
     def max_bytes(self) -> int:
@@ -167,38 +143,17 @@ class PrefixKVCache:
             Slot runs of positions ``0, 1, ...`` in order; the past length is the sum
             of their lengths.
         """
-        node = self._roots.get(adapter)
-        path: list[_Node] = []
+        found, pos = self._tree.match(adapter, token_ids, limit)
         runs: list[Run] = []
-        pos = 0
-        while node is not None and pos < limit:
-            child = node.children.get(token_ids[pos])
-            if child is None:
-                break
-            seg = child.tokens
-            n = min(len(seg), limit - pos)
-            m = 1  # the first token matched: it is the dict key
-            while m < n and seg[m] == token_ids[pos + m]:
-                m += 1
-            runs.extend(child.runs if m == len(seg) else _take(child.runs, m)[0])
-            path.append(child)
-            pos += m
-            if m < len(seg):
-                break
-            node = child
-        if path:
-            self._touch(path)
+        for node_runs, used, held in found:
+            runs.extend(node_runs if used == held else _take(node_runs, used)[0])
         if record:
             self.count(pos)
         return runs
 
     def count(self, reused: int) -> None:
         """Count one lookup that reused ``reused`` positions (0: a miss)."""
-        if reused:
-            self._hits += 1
-            self._hit_tokens += reused
-        else:
-            self._misses += 1
+        self._tree.count(reused)
 
     # -- writing -------------------------------------------------------------------
 
@@ -284,66 +239,19 @@ class PrefixKVCache:
             the request go to those slots. Empty when nothing is to be stored.
         """
         end = len(token_ids)
-        node = self._roots.get(adapter)
-        if node is None:
-            node = self._roots[adapter] = _Node((), [], None)
-        path: list[_Node] = []
-        pos = 0
-        while pos < end:
-            child = node.children.get(token_ids[pos])
-            if child is None:
-                break
-            seg = child.tokens
-            n = min(len(seg), end - pos)
-            m = 1
-            while m < n and seg[m] == token_ids[pos + m]:
-                m += 1
-            if m < len(seg):
-                if pos + m == end:  # the request ends inside this segment: all present
-                    path.append(child)
-                    pos = end
-                    break
-                child = self._split(child, m)
-            path.append(child)
-            pos += len(child.tokens)
-            node = child
-        self._touch(path)
+        node, path, pos = self._tree.locate(adapter, token_ids)
+        if not start <= pos < end:
+            return []
+        runs = self._alloc(end - pos, protect=path)
+        if runs is None:
+            return []
+        self._tree.attach(node, tuple(token_ids[pos:]), runs, path)
         copies: list[tuple[int, int, int]] = []
-        if start <= pos < end:
-            runs = self._alloc(end - pos, protect=path)
-            if runs is not None:
-                offset = pos - start
-                for s, n in runs:
-                    copies.append((s, n, offset))
-                    offset += n
-                new = _Node(tuple(token_ids[pos:]), runs, node)
-                node.children[new.tokens[0]] = new
-                self._lru[new] = None  # most recent, then its ancestors:
-                self._touch(path)
-                self._tokens += end - pos
+        offset = pos - start
+        for slot, n in runs:
+            copies.append((slot, n, offset))
+            offset += n
         return copies
-
-    def _split(self, node: _Node, m: int) -> _Node:
-        """Split ``node`` after ``m`` tokens; return the new upper node (parent of ``node``).
-
-        Only the slot runs are divided: no K/V moves.
-        """
-        assert node.parent is not None
-        head, tail = _take(node.runs, m)
-        upper = _Node(node.tokens[:m], head, node.parent)
-        node.parent.children[upper.tokens[0]] = upper
-        node.tokens = node.tokens[m:]
-        node.runs = tail
-        node.parent = upper
-        upper.children[node.tokens[0]] = node
-        self._lru[upper] = None  # touched (made more recent than ``node``) by the caller
-        return upper
-
-    def _touch(self, path: list[_Node]) -> None:
-        """Mark a root-to-leaf path as just used, deepest first (parents stay newer)."""
-        move = self._lru.move_to_end
-        for node in reversed(path):
-            move(node)
 
     # -- slots ---------------------------------------------------------------------
 
@@ -355,16 +263,14 @@ class PrefixKVCache:
         size = min(self._capacity, _MIN_SLOTS) if grow else self._capacity
         self._pool = torch.empty((layers2, heads, size, dim), dtype=kv.dtype, device=kv.device)
 
-    def _alloc(self, n: int, protect: list[_Node]) -> list[Run] | None:
+    def _alloc(self, n: int, protect: Sequence[object]) -> list[Run] | None:
         """Take ``n`` slots (as runs), evicting LRU leaves not on ``protect`` if needed."""
         if n > self._capacity:
             return None
         keep = set(protect)
         while self._capacity - self._used < n:
-            victim = next(iter(self._lru), None)
-            if victim is None or victim in keep:
+            if not self._tree.evict_one(keep):
                 return None  # only this prefix's own ancestors are left
-            self._evictions += self._drop_subtree(victim)
         runs: list[Run] = []
         need = n
         free = self._free
@@ -400,44 +306,25 @@ class PrefixKVCache:
         grown[:, :, : self._fresh].copy_(pool[:, :, : self._fresh])
         self._pool = grown
 
-    # -- eviction ------------------------------------------------------------------
+    # -- dropping ------------------------------------------------------------------
 
-    def _drop_subtree(self, node: _Node) -> int:
-        """Detach ``node`` and everything below it; return the number of nodes dropped."""
-        if node.parent is not None:
-            node.parent.children.pop(node.tokens[0], None)
-        dropped = 0
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            stack.extend(n.children.values())
-            n.children = {}
-            if n in self._lru:
-                del self._lru[n]
-                dropped += 1
-            for run in reversed(n.runs):
-                self._free.append(run)
-                self._used -= run[1]
-            self._tokens -= sum(length for _, length in n.runs)
-            n.runs = []
-        return dropped
+    def _free_runs(self, runs: list[Run]) -> None:
+        """A dropped node's slots go back to the free list."""
+        for run in reversed(runs):
+            self._free.append(run)
+            self._used -= run[1]
 
     def drop_adapter(self, adapter: Hashable) -> None:
         """Forget every prefix cached for ``adapter``."""
-        root = self._roots.pop(adapter, None)
-        if root is not None:
-            for child in list(root.children.values()):
-                self._drop_subtree(child)
+        self._tree.drop_adapter(adapter)
 
     def clear(self) -> None:
         """Forget everything and free the pool (statistics are kept)."""
-        self._roots.clear()
-        self._lru.clear()
+        self._tree.clear()
         self._pool = None
         self._free = []
         self._fresh = 0
         self._used = 0
-        self._tokens = 0
 
     # -- introspection -------------------------------------------------------------
 
@@ -447,22 +334,22 @@ class PrefixKVCache:
         return self._used * self._slot_bytes
 
     def __len__(self) -> int:
-        return len(self._lru)
+        return len(self._tree)
 
     @property
     def stats(self) -> KVCacheStats:
         """A snapshot of sizes and counters."""
-        pool = self._pool
+        pool, tree = self._pool, self._tree
         return KVCacheStats(
             bytes=self.nbytes,
             max_bytes=self._max_bytes,
             pool_bytes=0 if pool is None else pool.numel() * pool.element_size(),
-            entries=len(self._lru),
-            tokens=self._tokens,
-            hits=self._hits,
-            misses=self._misses,
-            hit_tokens=self._hit_tokens,
-            evictions=self._evictions,
+            entries=len(tree),
+            tokens=tree.tokens,
+            hits=tree.hits,
+            misses=tree.misses,
+            hit_tokens=tree.hit_tokens,
+            evictions=tree.evictions,
         )
 
     def __repr__(self) -> str:

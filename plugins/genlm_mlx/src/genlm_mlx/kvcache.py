@@ -13,11 +13,9 @@ values; writing into a big preallocated pool would copy it (or depend on buffer
 donation), while a small array per segment is allocated once and freed when evicted.
 Splitting a node copies its two halves, so every byte counted is a byte held.
 
-Why LRU over leaves: a node's keys and values are only meaningful after its
-ancestors', so only leaves can go. Every use touches the path from the deepest node
-up to the root, so parents are always more recent than their children and the least
-recently used node is always a leaf. Results never change after eviction: an
-evicted prefix is simply recomputed.
+The tree itself (per-adapter roots, splits, LRU over leaves) is
+:class:`genlm_core.prefix_tree.PrefixTree`, shared with genlm-hf; a node's payload
+here is its array.
 
 One tree per LoRA adapter (``None`` = the base model), one budget and LRU order
 across them. Not thread-safe: the model calls it under its lock.
@@ -26,10 +24,11 @@ across them. Not thread-safe: the model calls it under its lock.
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
 import mlx.core as mx
+
+from genlm_core.prefix_tree import PrefixTree
 
 __all__ = ["KVCacheStats", "PrefixKVCache"]
 
@@ -59,18 +58,6 @@ class KVCacheStats:
     evictions: int
 
 
-class _Node:
-    """A segment of a prefix: its tokens, their keys/values, tree links."""
-
-    __slots__ = ("tokens", "kv", "parent", "children")
-
-    def __init__(self, tokens: tuple[int, ...], kv: mx.array | None, parent: _Node | None) -> None:
-        self.tokens = tokens
-        self.kv = kv
-        self.parent = parent
-        self.children: dict[int, _Node] = {}
-
-
 class PrefixKVCache:
     """Per-adapter radix trees of key/value segments under one byte budget.
 
@@ -85,14 +72,8 @@ class PrefixKVCache:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise ValueError(f"max_bytes must be an integer >= 0, got {max_bytes!r}")
         self._max_bytes = max_bytes
-        self._roots: dict[Hashable, _Node] = {}
-        self._lru: OrderedDict[_Node, None] = OrderedDict()
+        self._tree: PrefixTree[mx.array] = PrefixTree(split=_split_array, release=self._forget)
         self._bytes = 0
-        self._tokens = 0
-        self._hits = 0
-        self._misses = 0
-        self._hit_tokens = 0
-        self._evictions = 0
 
     @property
     def max_bytes(self) -> int:
@@ -117,39 +98,15 @@ class PrefixKVCache:
             The key/value arrays of positions ``0, 1, ...`` in order (to concatenate
             along axis 2), and the number of positions they cover.
         """
-        node = self._roots.get(adapter)
-        path: list[_Node] = []
-        parts: list[mx.array] = []
-        pos = 0
-        while node is not None and pos < limit:
-            child = node.children.get(token_ids[pos])
-            if child is None:
-                break
-            seg = child.tokens
-            n = min(len(seg), limit - pos)
-            m = 1  # the first token matched: it is the dict key
-            while m < n and seg[m] == token_ids[pos + m]:
-                m += 1
-            assert child.kv is not None
-            parts.append(child.kv if m == len(seg) else child.kv[:, :, :m])
-            path.append(child)
-            pos += m
-            if m < len(seg):
-                break
-            node = child
-        if path:
-            self._touch(path)
+        found, pos = self._tree.match(adapter, token_ids, limit)
+        parts = [kv if used == held else kv[:, :, :used] for kv, used, held in found]
         if record:
             self.count(pos)
         return parts, pos
 
     def count(self, reused: int) -> None:
         """Count one lookup that reused ``reused`` positions (0: a miss)."""
-        if reused:
-            self._hits += 1
-            self._hit_tokens += reused
-        else:
-            self._misses += 1
+        self._tree.count(reused)
 
     # -- writing -------------------------------------------------------------------
 
@@ -169,30 +126,7 @@ class PrefixKVCache:
         if self._max_bytes == 0:
             return
         end = len(token_ids)
-        node = self._roots.get(adapter)
-        if node is None:
-            node = self._roots[adapter] = _Node((), None, None)
-        path: list[_Node] = []
-        pos = 0
-        while pos < end:
-            child = node.children.get(token_ids[pos])
-            if child is None:
-                break
-            seg = child.tokens
-            n = min(len(seg), end - pos)
-            m = 1
-            while m < n and seg[m] == token_ids[pos + m]:
-                m += 1
-            if m < len(seg):
-                if pos + m == end:  # the request ends inside this segment: all present
-                    path.append(child)
-                    pos = end
-                    break
-                child = self._split(child, m)
-            path.append(child)
-            pos += len(child.tokens)
-            node = child
-        self._touch(path)
+        node, path, pos = self._tree.locate(adapter, token_ids)
         if not start <= pos < end:
             return
         if pos > start:
@@ -200,80 +134,32 @@ class PrefixKVCache:
             mx.eval(kv)
         if not self._make_room(kv.nbytes, protect=path):
             return
-        new = _Node(tuple(token_ids[pos:]), kv, node)
-        node.children[new.tokens[0]] = new
+        self._tree.attach(node, tuple(token_ids[pos:]), kv, path)
         self._bytes += kv.nbytes
-        self._tokens += end - pos
-        self._lru[new] = None  # most recent, then its ancestors:
-        self._touch(path)
 
-    def _split(self, node: _Node, m: int) -> _Node:
-        """Split ``node`` after ``m`` tokens; return the new upper node (parent of ``node``)."""
-        assert node.parent is not None and node.kv is not None
-        head = mx.contiguous(node.kv[:, :, :m])
-        tail = mx.contiguous(node.kv[:, :, m:])
-        mx.eval(head, tail)
-        upper = _Node(node.tokens[:m], head, node.parent)
-        node.parent.children[upper.tokens[0]] = upper
-        node.tokens = node.tokens[m:]
-        node.kv = tail
-        node.parent = upper
-        upper.children[node.tokens[0]] = node
-        self._lru[upper] = None  # touched (made more recent than ``node``) by the caller
-        return upper
-
-    def _touch(self, path: list[_Node]) -> None:
-        """Mark a root-to-leaf path as just used, deepest first (parents stay newer)."""
-        move = self._lru.move_to_end
-        for node in reversed(path):
-            move(node)
-
-    def _make_room(self, nbytes: int, protect: list[_Node]) -> bool:
+    def _make_room(self, nbytes: int, protect: Sequence[object]) -> bool:
         """Evict LRU leaves not on ``protect`` until ``nbytes`` more fit the budget."""
         if nbytes > self._max_bytes:
             return False
         keep = set(protect)
         while self._bytes + nbytes > self._max_bytes:
-            victim = next(iter(self._lru), None)
-            if victim is None or victim in keep:
+            if not self._tree.evict_one(keep):
                 return False  # only this prefix's own ancestors are left
-            self._evictions += self._drop_subtree(victim)
         return True
 
-    # -- eviction ------------------------------------------------------------------
+    # -- dropping ------------------------------------------------------------------
 
-    def _drop_subtree(self, node: _Node) -> int:
-        """Detach ``node`` and everything below it; return the number of nodes dropped."""
-        if node.parent is not None:
-            node.parent.children.pop(node.tokens[0], None)
-        dropped = 0
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            stack.extend(n.children.values())
-            n.children = {}
-            if n in self._lru:
-                del self._lru[n]
-                dropped += 1
-            if n.kv is not None:
-                self._bytes -= n.kv.nbytes
-                self._tokens -= len(n.tokens)
-                n.kv = None
-        return dropped
+    def _forget(self, kv: mx.array) -> None:
+        self._bytes -= kv.nbytes
 
     def drop_adapter(self, adapter: Hashable) -> None:
         """Forget every prefix cached for ``adapter``."""
-        root = self._roots.pop(adapter, None)
-        if root is not None:
-            for child in list(root.children.values()):
-                self._drop_subtree(child)
+        self._tree.drop_adapter(adapter)
 
     def clear(self) -> None:
         """Forget everything (statistics are kept)."""
-        self._roots.clear()
-        self._lru.clear()
+        self._tree.clear()
         self._bytes = 0
-        self._tokens = 0
 
     # -- introspection -------------------------------------------------------------
 
@@ -283,20 +169,21 @@ class PrefixKVCache:
         return self._bytes
 
     def __len__(self) -> int:
-        return len(self._lru)
+        return len(self._tree)
 
     @property
     def stats(self) -> KVCacheStats:
         """A snapshot of sizes and counters."""
+        tree = self._tree
         return KVCacheStats(
             bytes=self._bytes,
             max_bytes=self._max_bytes,
-            entries=len(self._lru),
-            tokens=self._tokens,
-            hits=self._hits,
-            misses=self._misses,
-            hit_tokens=self._hit_tokens,
-            evictions=self._evictions,
+            entries=len(tree),
+            tokens=tree.tokens,
+            hits=tree.hits,
+            misses=tree.misses,
+            hit_tokens=tree.hit_tokens,
+            evictions=tree.evictions,
         )
 
     def __repr__(self) -> str:
@@ -305,3 +192,11 @@ class PrefixKVCache:
             f"<PrefixKVCache {s.bytes / 2**20:.1f}/{s.max_bytes / 2**20:.1f} MiB, "
             f"{s.entries} segments, {s.tokens} tokens, hits={s.hits} misses={s.misses}>"
         )
+
+
+def _split_array(kv: mx.array, m: int) -> tuple[mx.array, mx.array]:
+    """A node's array split after ``m`` positions, as two arrays of their own."""
+    head = mx.contiguous(kv[:, :, :m])
+    tail = mx.contiguous(kv[:, :, m:])
+    mx.eval(head, tail)
+    return head, tail

@@ -1,0 +1,241 @@
+"""PrefixTree: per-adapter radix trees of token segments, least recently used leaves first.
+
+The framework-neutral half of the backends' prefix key/value caches (genlm-hf keeps
+slot runs of a torch pool per node, genlm-mlx an MLX array): the tree, the lookups,
+the splits, the LRU order and eviction. What a node holds (its *payload*) and what
+storing or freeing it costs stay with the backend.
+
+Why a radix tree of *segments*. Probabilistic programs extend the same prefixes over
+and over: every particle of a sampler shares the prompt, then adds one token per
+step. Each node stands for the tokens one forward added (its edge label) and holds
+the keys and values of exactly those positions. A prefix is stored once, however
+many continuations it has.
+
+Why LRU over leaves. A node's keys and values are only meaningful after its
+ancestors', so only leaves can go. Every use touches the path from the deepest node
+up to the root, so a parent is always more recent than its children and the least
+recently used node is always a leaf: eviction pops from the front of one ordered
+dict. Results never change after eviction: an evicted prefix is simply recomputed.
+
+One tree per LoRA adapter (``None`` = the base model), one LRU order across them.
+Not thread-safe: the backends call it under their model lock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Generic, TypeVar
+
+__all__ = ["PrefixNode", "PrefixTree"]
+
+P = TypeVar("P")
+
+
+class PrefixNode(Generic[P]):
+    """A segment of a prefix: its tokens, what the backend stores for them, tree links."""
+
+    __slots__ = ("tokens", "payload", "parent", "children")
+
+    def __init__(self, tokens: tuple[int, ...], payload: P | None, parent: PrefixNode[P] | None):
+        self.tokens = tokens
+        self.payload = payload
+        self.parent = parent
+        self.children: dict[int, PrefixNode[P]] = {}
+
+
+class PrefixTree(Generic[P]):
+    """Radix trees of token segments with payloads, one per adapter, one LRU order.
+
+    Args:
+        split: ``split(payload, m)`` -> the payloads of a node's first ``m`` tokens and
+            of the rest (a node is split when a new prompt leaves it in the middle).
+        release: Called with the payload of every node dropped (evicted, cleared with
+            its adapter); not called by :meth:`clear`.
+
+    Attributes:
+        tokens: Token positions held, summed over all nodes.
+        hits, misses, hit_tokens: Lookups that reused positions, that reused none, and
+            the positions reused (see :meth:`count`).
+        evictions: Nodes evicted by :meth:`evict_one`.
+    """
+
+    def __init__(
+        self,
+        split: Callable[[P, int], tuple[P, P]],
+        release: Callable[[P], None] | None = None,
+    ) -> None:
+        self._split_payload = split
+        self._release = release
+        self._roots: dict[Hashable, PrefixNode[P]] = {}
+        self._lru: OrderedDict[PrefixNode[P], None] = OrderedDict()
+        self.tokens = 0
+        self.hits = 0
+        self.misses = 0
+        self.hit_tokens = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        """Nodes held."""
+        return len(self._lru)
+
+    # -- reading -------------------------------------------------------------------
+
+    def match(
+        self, adapter: Hashable, token_ids: Sequence[int], limit: int
+    ) -> tuple[list[tuple[P, int, int]], int]:
+        """Find the longest stored prefix of ``token_ids[:limit]`` and mark it used.
+
+        Returns:
+            ``(segments, length)``: per node on the path, ``(payload, positions used,
+            positions it holds)`` (fewer used than held only for the last one), and
+            the number of positions matched.
+        """
+        node = self._roots.get(adapter)
+        path: list[PrefixNode[P]] = []
+        found: list[tuple[P, int, int]] = []
+        pos = 0
+        while node is not None and pos < limit:
+            child = node.children.get(token_ids[pos])
+            if child is None:
+                break
+            seg = child.tokens
+            n = min(len(seg), limit - pos)
+            m = 1  # the first token matched: it is the dict key
+            while m < n and seg[m] == token_ids[pos + m]:
+                m += 1
+            assert child.payload is not None
+            found.append((child.payload, m, len(seg)))
+            path.append(child)
+            pos += m
+            if m < len(seg):
+                break
+            node = child
+        if path:
+            self._touch(path)
+        return found, pos
+
+    def count(self, reused: int) -> None:
+        """Count one lookup that reused ``reused`` positions (0: a miss)."""
+        if reused:
+            self.hits += 1
+            self.hit_tokens += reused
+        else:
+            self.misses += 1
+
+    # -- writing -------------------------------------------------------------------
+
+    def locate(
+        self, adapter: Hashable, token_ids: Sequence[int]
+    ) -> tuple[PrefixNode[P], list[PrefixNode[P]], int]:
+        """Walk ``token_ids`` as far as the tree holds them, splitting where they diverge.
+
+        Marks the path used. Returns ``(deepest node, path, positions held)``; a new
+        segment for positions ``held..`` goes below the deepest node (:meth:`attach`).
+        """
+        end = len(token_ids)
+        node = self._roots.get(adapter)
+        if node is None:
+            node = self._roots[adapter] = PrefixNode((), None, None)
+        path: list[PrefixNode[P]] = []
+        pos = 0
+        while pos < end:
+            child = node.children.get(token_ids[pos])
+            if child is None:
+                break
+            seg = child.tokens
+            n = min(len(seg), end - pos)
+            m = 1
+            while m < n and seg[m] == token_ids[pos + m]:
+                m += 1
+            if m < len(seg):
+                if pos + m == end:  # the request ends inside this segment: all present
+                    path.append(child)
+                    pos = end
+                    break
+                child = self._split(child, m)
+            path.append(child)
+            pos += len(child.tokens)
+            node = child
+        self._touch(path)
+        return node, path, pos
+
+    def attach(
+        self,
+        parent: PrefixNode[P],
+        tokens: tuple[int, ...],
+        payload: P,
+        path: list[PrefixNode[P]],
+    ) -> None:
+        """Add a leaf below ``parent`` (the end of ``path``, from :meth:`locate`)."""
+        new = PrefixNode(tokens, payload, parent)
+        parent.children[tokens[0]] = new
+        self.tokens += len(tokens)
+        self._lru[new] = None  # most recent, then its ancestors:
+        self._touch(path)
+
+    def evict_one(self, protect: Sequence[PrefixNode[P]]) -> bool:
+        """Drop the least recently used leaf (and nothing on ``protect``).
+
+        Returns:
+            False when only ``protect``'s nodes are left (nothing was dropped).
+        """
+        victim = next(iter(self._lru), None)
+        if victim is None or victim in protect:
+            return False
+        self.evictions += self._drop_subtree(victim)
+        return True
+
+    def _split(self, node: PrefixNode[P], m: int) -> PrefixNode[P]:
+        """Split ``node`` after ``m`` tokens; return the new upper node (parent of ``node``)."""
+        assert node.parent is not None and node.payload is not None
+        head, tail = self._split_payload(node.payload, m)
+        upper = PrefixNode(node.tokens[:m], head, node.parent)
+        node.parent.children[upper.tokens[0]] = upper
+        node.tokens = node.tokens[m:]
+        node.payload = tail
+        node.parent = upper
+        upper.children[node.tokens[0]] = node
+        self._lru[upper] = None  # touched (made more recent than ``node``) by the caller
+        return upper
+
+    def _touch(self, path: list[PrefixNode[P]]) -> None:
+        """Mark a root-to-leaf path as just used, deepest first (parents stay newer)."""
+        move = self._lru.move_to_end
+        for node in reversed(path):
+            move(node)
+
+    # -- dropping ------------------------------------------------------------------
+
+    def _drop_subtree(self, node: PrefixNode[P]) -> int:
+        """Detach ``node`` and everything below it; return the number of nodes dropped."""
+        if node.parent is not None:
+            node.parent.children.pop(node.tokens[0], None)
+        dropped = 0
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            stack.extend(n.children.values())
+            n.children = {}
+            if n in self._lru:
+                del self._lru[n]
+                dropped += 1
+            if n.payload is not None:
+                if self._release is not None:
+                    self._release(n.payload)
+                self.tokens -= len(n.tokens)
+                n.payload = None
+        return dropped
+
+    def drop_adapter(self, adapter: Hashable) -> None:
+        """Forget every prefix stored for ``adapter`` (payloads released)."""
+        root = self._roots.pop(adapter, None)
+        if root is not None:
+            for child in list(root.children.values()):
+                self._drop_subtree(child)
+
+    def clear(self) -> None:
+        """Forget everything, without releasing payloads (counters are kept)."""
+        self._roots.clear()
+        self._lru.clear()
+        self.tokens = 0

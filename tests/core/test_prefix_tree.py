@@ -1,0 +1,85 @@
+"""PrefixTree: the backends' shared radix tree, with payloads that are token tuples.
+
+A payload here is the tokens its node holds, so every split and lookup can be
+checked against the prompt itself.
+"""
+
+from __future__ import annotations
+
+import random
+
+from genlm_core.prefix_tree import PrefixTree
+
+
+def make_tree(released: list[tuple[int, ...]] | None = None) -> PrefixTree[tuple[int, ...]]:
+    return PrefixTree(
+        split=lambda p, m: (p[:m], p[m:]),
+        release=None if released is None else released.append,
+    )
+
+
+def store(tree: PrefixTree[tuple[int, ...]], adapter, ids) -> int:
+    """Insert ``ids``; return the positions that were already held."""
+    node, path, held = tree.locate(adapter, ids)
+    if held < len(ids):
+        tree.attach(node, tuple(ids[held:]), tuple(ids[held:]), path)
+    return held
+
+
+def matched(tree, adapter, ids, limit) -> tuple[int, ...]:
+    found, pos = tree.match(adapter, ids, limit)
+    out = tuple(t for payload, used, _ in found for t in payload[:used])
+    assert len(out) == pos
+    return out
+
+
+def test_segments_split_where_prompts_diverge():
+    tree = make_tree()
+    assert store(tree, None, [1, 2, 3, 4]) == 0
+    assert store(tree, None, [1, 2, 9]) == 2  # splits [1,2,3,4] into [1,2] + [3,4]
+    assert len(tree) == 3 and tree.tokens == 5
+    assert matched(tree, None, [1, 2, 3, 4, 5], 5) == (1, 2, 3, 4)
+    assert matched(tree, None, [1, 2, 3, 7], 3) == (1, 2, 3)  # partly into a segment
+    assert matched(tree, None, [1, 2, 9], 2) == (1, 2)
+    assert matched(tree, "lora", [1, 2], 2) == ()  # other adapter, other tree
+    assert store(tree, None, [1, 2]) == 2  # ends inside what is held: nothing new
+
+
+def test_evicts_least_recently_used_leaves_and_releases_them():
+    released: list[tuple[int, ...]] = []
+    tree = make_tree(released)
+    store(tree, None, [1, 2])
+    store(tree, None, [1, 3])  # splits: [1] + leaves [2] and [3]
+    matched(tree, None, [1, 2], 2)  # [1, 2] now newer than [1, 3]
+    assert tree.evict_one(protect=set())
+    assert released == [(3,)]
+    assert tree.evict_one(protect=set())
+    assert released == [(3,), (2,)]
+    node, path, _ = tree.locate(None, [1, 5])
+    assert not tree.evict_one(protect=set(path))  # only the protected prefix is left
+    assert tree.evictions == 2 and tree.tokens == 1
+
+
+def test_drop_adapter_releases_and_clear_does_not():
+    released: list[tuple[int, ...]] = []
+    tree = make_tree(released)
+    store(tree, "a", [1, 2, 3])
+    store(tree, "b", [4])
+    tree.drop_adapter("a")
+    assert released == [(1, 2, 3)] and tree.tokens == 1 and len(tree) == 1
+    tree.clear()
+    assert released == [(1, 2, 3)] and tree.tokens == 0 and len(tree) == 0
+
+
+def test_random_prompts_always_match_their_stored_prefix():
+    rng = random.Random(0)
+    tree = make_tree()
+    stored: list[list[int]] = []
+    for _ in range(300):
+        base = rng.choice(stored) if stored and rng.random() < 0.7 else []
+        ids = base[: rng.randrange(len(base) + 1)] + [rng.randrange(3) for _ in range(3)]
+        store(tree, None, ids)
+        stored.append(ids)
+        probe = rng.choice(stored)
+        assert matched(tree, None, probe, len(probe)) == tuple(probe)
+    assert tree.tokens == sum(len(n.tokens) for n in tree._lru)
