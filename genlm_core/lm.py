@@ -86,7 +86,13 @@ class AsyncLMBase(ABC):
         vocab_size: Width of the model's logits when wider than the tokenizer;
             extra ids get empty byte strings.
         byte_vocab: Precomputed ``(byte_vocab, str_vocab)`` to skip decoding.
+
+    Attributes:
+        max_positions: The model's context length, or None (the default) if unknown;
+            :meth:`validate_token_ids` rejects longer prompts. Backends set it.
     """
+
+    max_positions: int | None = None
 
     def __init__(
         self,
@@ -158,7 +164,8 @@ class AsyncLMBase(ABC):
         """Check a prompt and return it as a tuple of Python ints.
 
         Raises:
-            InvalidTokenIdsError: Empty, not a sequence of integers, or out of range.
+            InvalidTokenIdsError: Empty, not a sequence of integers, out of range, or
+                longer than :attr:`max_positions`.
         """
         if isinstance(token_ids, torch.Tensor):
             token_ids = token_ids.tolist()
@@ -174,6 +181,12 @@ class AsyncLMBase(ABC):
                 "(e.g. the tokenizer's BOS token id)"
             )
         n = len(self.byte_vocab)
+        limit = self.max_positions
+        if limit is not None and len(ids) > limit:
+            raise InvalidTokenIdsError(
+                f"token_ids has {len(ids)} tokens, more than the model's context of "
+                f"{limit} positions; shorten the prompt to at most {limit} tokens"
+            )
         # Fast path, on every call of a sampler: plain ints, all in range.
         if all(type(t) is int for t in ids) and 0 <= min(ids) and max(ids) < n:
             return ids
@@ -350,6 +363,7 @@ class BatchedAsyncLM(AsyncLMBase):
             request. 0 dispatches as soon as the event loop has no more runnable callers.
         cache_size: Most cached outputs (0 disables the cache).
         cache_bytes: Optional byte budget for cached outputs.
+        timeout: genlm-backend's name for ``max_wait`` (accepted for migration).
         **kwargs: Passed to :class:`AsyncLMBase`.
     """
 
@@ -361,9 +375,12 @@ class BatchedAsyncLM(AsyncLMBase):
         max_wait: float = 0.0,
         cache_size: int = 4096,
         cache_bytes: int | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(tokenizer, **kwargs)
+        if timeout is not None:  # genlm-backend's name for max_wait
+            max_wait = timeout
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         self.batch_size = batch_size

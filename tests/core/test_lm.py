@@ -244,3 +244,16 @@ def test_a_dropped_model_is_freed_with_its_worker_thread(tokenizer):
     assert ref() is None
     worker.join(GUARD_SECONDS)  # the freed batcher stops its thread
     assert not worker.is_alive()
+
+
+def test_timeout_is_genlm_backends_name_for_max_wait(tokenizer):
+    assert MockAsyncLM(tokenizer, timeout=0.25).max_wait == 0.25
+    assert MockAsyncLM(tokenizer, max_wait=0.1).max_wait == 0.1
+
+
+def test_prompts_longer_than_max_positions_are_rejected(tokenizer):
+    lm = MockAsyncLM(tokenizer)
+    lm.max_positions = 3
+    assert lm.validate_token_ids([1, 2, 3]) == (1, 2, 3)
+    with pytest.raises(InvalidTokenIdsError, match="4 tokens, more than the model's context of 3"):
+        lm.validate_token_ids([1, 2, 3, 4])

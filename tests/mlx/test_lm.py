@@ -168,7 +168,7 @@ async def test_sampler_steps_hit_the_cache(mlx_models):
 
 def test_context_length_is_enforced(mlx_models):
     with mlx_models("tiny-llama-spm").lm() as lm:
-        n = lm._max_positions
+        n = lm.max_positions
         assert n is not None
         with pytest.raises(ValueError, match=f"context of {n} positions"):
             lm.next_token_logprobs_sync([1] * (n + 1))

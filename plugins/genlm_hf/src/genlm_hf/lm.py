@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from genlm_core.errors import InvalidTokenIdsError, ModelClosedError
+from genlm_core.errors import ModelClosedError
 from genlm_core.heap import HeapTrimmer
 from genlm_core.lm import BatchedAsyncLM, Request
 from genlm_core.prefix_batching import plan_groups, shared_prefixes
@@ -103,8 +103,8 @@ class AsyncTransformer(BatchedAsyncLM):
             fewer than 20M parameters, whose operations are too small to gain from
             threads while a second multi-threaded torch thread slows the caller's own
             torch work (see :mod:`genlm_hf._threads`); torch's setting otherwise.
-        timeout: genlm-backend's name for ``max_wait`` (accepted for migration).
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``).
+        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``,
+            or ``timeout``, genlm-backend's name for ``max_wait``).
     """
 
     def __init__(
@@ -119,11 +119,8 @@ class AsyncTransformer(BatchedAsyncLM):
         kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
         max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
         worker_threads: int | None = None,
-        timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
-        if timeout is not None:
-            max_wait = timeout
         for name, value in (
             ("kv_cache_bytes", kv_cache_bytes),
             ("max_batch_kv_bytes", max_batch_kv_bytes),
@@ -170,7 +167,7 @@ class AsyncTransformer(BatchedAsyncLM):
         self._lock = threading.Lock()  # one forward at a time: batcher thread vs sync callers
         self._active: object = None  # adapter currently enabled on the model
         self._keep_kwarg = accepts_logits_to_keep(hf_model)
-        self._max_positions = _max_positions(hf_model)
+        self.max_positions = _max_positions(hf_model)
         # The budget covers the forward's reused K/V buffer, a reserve for the rest of a
         # forward's working memory, and the prefix cache (what is left).
         keep, reserve = split_kv_budget(kv_cache_bytes, self.max_batch_kv_bytes)
@@ -341,17 +338,6 @@ class AsyncTransformer(BatchedAsyncLM):
     def cache_kv(self, prompt_tokens: Sequence[int], lora_name: str | None = None) -> None:
         """Compute and cache a prompt's keys and values (and next-token log-probs) now."""
         self.batch_next_token_logprobs_sync([prompt_tokens], lora_name)
-
-    def validate_token_ids(self, token_ids: Any) -> tuple[int, ...]:
-        """Check a prompt (see the base class) and that it fits the model's context."""
-        ids = super().validate_token_ids(token_ids)
-        if self._max_positions is not None and len(ids) > self._max_positions:
-            raise InvalidTokenIdsError(
-                f"token_ids has {len(ids)} tokens, more than the model's context of "
-                f"{self._max_positions} positions; shorten the prompt to at most "
-                f"{self._max_positions} tokens"
-            )
-        return ids
 
     # -- LoRA ---------------------------------------------------------------------------
 

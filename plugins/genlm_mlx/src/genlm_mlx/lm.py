@@ -32,7 +32,7 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from genlm_core.errors import InvalidTokenIdsError, ModelClosedError  # noqa: E402
+from genlm_core.errors import ModelClosedError  # noqa: E402
 from genlm_core.lm import BatchedAsyncLM, Request  # noqa: E402
 from genlm_core.prefix_batching import plan_groups, shared_prefixes  # noqa: E402
 from genlm_mlx._forward import (  # noqa: E402
@@ -80,8 +80,8 @@ class AsyncMlxLM(BatchedAsyncLM):
             reuse: every request then runs its whole prompt.
         max_batch_kv_bytes: Cap on one forward's assembled keys/values; larger batches
             are split into several forwards.
-        timeout: genlm-backend's name for ``max_wait`` (accepted for migration).
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``).
+        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``,
+            or ``timeout``, genlm-backend's name for ``max_wait``).
     """
 
     def __init__(
@@ -95,11 +95,8 @@ class AsyncMlxLM(BatchedAsyncLM):
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
         max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
-        timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
-        if timeout is not None:
-            max_wait = timeout
         for name, value in (
             ("kv_cache_bytes", kv_cache_bytes),
             ("max_batch_kv_bytes", max_batch_kv_bytes),
@@ -125,7 +122,7 @@ class AsyncMlxLM(BatchedAsyncLM):
         self.max_batch_kv_bytes = int(max_batch_kv_bytes)
         self._lock = threading.Lock()  # one forward at a time: batcher thread vs sync callers
         self._switch = Switch()
-        self._max_positions = _max_positions(mlx_lm_model)
+        self.max_positions = _max_positions(mlx_lm_model)
         self.kv_cache = PrefixKVCache(kv_cache_bytes)
         self._n_layers = len(getattr(mlx_lm_model, "layers", []))
         self._bytes_per_token = 0
@@ -314,17 +311,6 @@ class AsyncMlxLM(BatchedAsyncLM):
             logits = run_plain(self.model, [Row(req.token_ids, [], 0)])
             mx.eval(logits)
             return _log_softmax(logits)[0]
-
-    def validate_token_ids(self, token_ids: Any) -> tuple[int, ...]:
-        """Check a prompt (see the base class) and that it fits the model's context."""
-        ids = super().validate_token_ids(token_ids)
-        if self._max_positions is not None and len(ids) > self._max_positions:
-            raise InvalidTokenIdsError(
-                f"token_ids has {len(ids)} tokens, more than the model's context of "
-                f"{self._max_positions} positions; shorten the prompt to at most "
-                f"{self._max_positions} tokens"
-            )
-        return ids
 
     # -- LoRA ---------------------------------------------------------------------------
 
