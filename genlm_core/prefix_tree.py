@@ -23,13 +23,42 @@ Not thread-safe: the backends call it under their model lock.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-__all__ = ["PrefixNode", "PrefixTree"]
+__all__ = ["PrefixCacheStats", "PrefixNode", "PrefixTree"]
 
 P = TypeVar("P")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixCacheStats:
+    """A snapshot of a backend's prefix key/value cache.
+
+    Attributes:
+        bytes: Bytes of keys and values held.
+        max_bytes: The budget.
+        entries: Nodes (cached segments) held.
+        tokens: Token positions held, summed over all nodes.
+        hits: Lookups that found at least one cached token.
+        misses: Lookups that found none.
+        hit_tokens: Token positions reused from the cache (not recomputed).
+        evictions: Nodes evicted to make room.
+    """
+
+    bytes: int
+    max_bytes: int
+    entries: int
+    tokens: int
+    hits: int
+    misses: int
+    hit_tokens: int
+    evictions: int
+
+
+S = TypeVar("S", bound=PrefixCacheStats)
 
 
 class PrefixNode(Generic[P]):
@@ -78,6 +107,22 @@ class PrefixTree(Generic[P]):
     def __len__(self) -> int:
         """Nodes held."""
         return len(self._lru)
+
+    def stats(
+        self, nbytes: int, max_bytes: int, cls: type[S] = PrefixCacheStats, **extra: Any
+    ) -> S:
+        """A ``cls`` snapshot: the backend's byte counts, this tree's sizes and counters."""
+        return cls(
+            bytes=nbytes,
+            max_bytes=max_bytes,
+            entries=len(self._lru),
+            tokens=self.tokens,
+            hits=self.hits,
+            misses=self.misses,
+            hit_tokens=self.hit_tokens,
+            evictions=self.evictions,
+            **extra,
+        )
 
     # -- reading -------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from genlm_core.prefix_tree import PrefixTree
+from genlm_core.prefix_tree import PrefixCacheStats, PrefixTree
 
 
 def make_tree(released: list[tuple[int, ...]] | None = None) -> PrefixTree[tuple[int, ...]]:
@@ -43,6 +43,11 @@ def test_segments_split_where_prompts_diverge():
     assert matched(tree, None, [1, 2, 9], 2) == (1, 2)
     assert matched(tree, "lora", [1, 2], 2) == ()  # other adapter, other tree
     assert store(tree, None, [1, 2]) == 2  # ends inside what is held: nothing new
+    tree.count(2)
+    tree.count(0)
+    assert tree.stats(10, 20) == PrefixCacheStats(
+        bytes=10, max_bytes=20, entries=3, tokens=5, hits=1, misses=1, hit_tokens=2, evictions=0
+    )
 
 
 def test_evicts_least_recently_used_leaves_and_releases_them():

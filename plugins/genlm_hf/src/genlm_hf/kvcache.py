@@ -25,7 +25,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from genlm_core.prefix_tree import PrefixTree
+from genlm_core.prefix_tree import PrefixCacheStats, PrefixTree
 
 __all__ = ["KVCacheStats", "PrefixKVCache", "Run"]
 
@@ -36,30 +36,15 @@ _MIN_SLOTS = 256  # first pool size (slots), then doubled as needed up to the bu
 
 
 @dataclasses.dataclass(frozen=True)
-class KVCacheStats:
-    """A snapshot of a :class:`PrefixKVCache`.
+class KVCacheStats(PrefixCacheStats):
+    """A snapshot of a :class:`PrefixKVCache` (fields of the core's ``PrefixCacheStats``).
 
     Attributes:
-        bytes: Bytes of key/value vectors held (slots in use x bytes per slot).
-        max_bytes: The budget.
-        pool_bytes: Bytes of the slot pool allocated so far (<= the budget).
-        entries: Nodes (cached segments) held.
-        tokens: Token positions held, summed over all nodes.
-        hits: Lookups that found at least one cached token.
-        misses: Lookups that found none.
-        hit_tokens: Token positions reused from the cache (not recomputed).
-        evictions: Nodes evicted to make room.
+        pool_bytes: Bytes of the slot pool allocated so far (<= the budget); ``bytes``
+            counts the slots in use.
     """
 
-    bytes: int
-    max_bytes: int
     pool_bytes: int
-    entries: int
-    tokens: int
-    hits: int
-    misses: int
-    hit_tokens: int
-    evictions: int
 
 
 def _take(runs: list[Run], m: int) -> tuple[list[Run], list[Run]]:
@@ -339,17 +324,12 @@ class PrefixKVCache:
     @property
     def stats(self) -> KVCacheStats:
         """A snapshot of sizes and counters."""
-        pool, tree = self._pool, self._tree
-        return KVCacheStats(
-            bytes=self.nbytes,
-            max_bytes=self._max_bytes,
+        pool = self._pool
+        return self._tree.stats(
+            self.nbytes,
+            self._max_bytes,
+            KVCacheStats,
             pool_bytes=0 if pool is None else pool.numel() * pool.element_size(),
-            entries=len(tree),
-            tokens=tree.tokens,
-            hits=tree.hits,
-            misses=tree.misses,
-            hit_tokens=tree.hit_tokens,
-            evictions=tree.evictions,
         )
 
     def __repr__(self) -> str:

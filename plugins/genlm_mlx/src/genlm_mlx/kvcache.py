@@ -23,39 +23,17 @@ across them. Not thread-safe: the model calls it under its lock.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Hashable, Sequence
 
 import mlx.core as mx
 
-from genlm_core.prefix_tree import PrefixTree
+from genlm_core.prefix_tree import PrefixCacheStats, PrefixTree
 
 __all__ = ["KVCacheStats", "PrefixKVCache"]
 
 
-@dataclasses.dataclass(frozen=True)
-class KVCacheStats:
-    """A snapshot of a :class:`PrefixKVCache`.
-
-    Attributes:
-        bytes: Bytes of key/value arrays held.
-        max_bytes: The budget.
-        entries: Nodes (cached segments) held.
-        tokens: Token positions held, summed over all nodes.
-        hits: Lookups that found at least one cached token.
-        misses: Lookups that found none.
-        hit_tokens: Token positions reused from the cache (not recomputed).
-        evictions: Nodes evicted to make room.
-    """
-
-    bytes: int
-    max_bytes: int
-    entries: int
-    tokens: int
-    hits: int
-    misses: int
-    hit_tokens: int
-    evictions: int
+KVCacheStats = PrefixCacheStats
+"""A snapshot of a :class:`PrefixKVCache` (the core's ``PrefixCacheStats``)."""
 
 
 class PrefixKVCache:
@@ -174,17 +152,7 @@ class PrefixKVCache:
     @property
     def stats(self) -> KVCacheStats:
         """A snapshot of sizes and counters."""
-        tree = self._tree
-        return KVCacheStats(
-            bytes=self._bytes,
-            max_bytes=self._max_bytes,
-            entries=len(tree),
-            tokens=tree.tokens,
-            hits=tree.hits,
-            misses=tree.misses,
-            hit_tokens=tree.hit_tokens,
-            evictions=tree.evictions,
-        )
+        return self._tree.stats(self._bytes, self._max_bytes)
 
     def __repr__(self) -> str:
         s = self.stats
