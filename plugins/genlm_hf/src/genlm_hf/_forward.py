@@ -38,10 +38,9 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
-from genlm_hf.kvcache import Run
+from genlm_hf.kvcache import BATCHED_COPY_BYTES, Run
 
 __all__ = [
-    "BATCHED_COPY_BYTES",
     "KVLayout",
     "Row",
     "Workspace",
@@ -201,11 +200,6 @@ class Workspace:
         self._flat = None
 
 
-#: Largest temporary copy the batched gather/store paths may make (bytes); bigger
-#: batches go row by row, so a forward's working memory stays within its reserve.
-BATCHED_COPY_BYTES = 8 << 20
-
-
 def _gather_pasts(
     buffer: torch.Tensor, rows: Sequence[Row], width_past: int, pool: torch.Tensor | None
 ) -> None:
@@ -215,13 +209,11 @@ def _gather_pasts(
     every row's slots and one strided copy, however many rows and segments. Larger
     ones: per row, one copy for a single run or one ``index_select`` into a reused
     scratch row, so the temporary stays one row's past (at most
-    :data:`BATCHED_COPY_BYTES` in the batched path).
+    :data:`~genlm_hf.kvcache.BATCHED_COPY_BYTES` in the batched path).
     """
-    if width_past == 0 or pool is None:
-        for i, row in enumerate(rows):
-            if width_past - row.past_len:
-                buffer[:, i, :, : width_past - row.past_len].zero_()
+    if width_past == 0:
         return
+    assert pool is not None  # a cached past lives in the pool
     layers2, batch, heads, _, dim = buffer.shape
     if batch * width_past * layers2 * heads * dim * buffer.element_size() <= BATCHED_COPY_BYTES:
         slots: list[int] = []
@@ -312,7 +304,7 @@ MIN_SPLIT_ROWS = 8
 
 @torch.no_grad()  # also in the helper thread: grad mode is per thread
 def _linear_into(
-    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor
+    hidden: torch.Tensor, out: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> None:
     torch.matmul(hidden, weight.t(), out=out)
     if bias is not None:
@@ -323,22 +315,22 @@ def _split_rows(
     helper: concurrent.futures.Executor | None,
     fn: Any,
     rows_in: torch.Tensor,
-    *args: Any,
+    out: torch.Tensor,
+    *extra: Any,
 ) -> None:
-    """Run ``fn(rows_in, *args, out)`` (``out`` = last arg) over both halves of the rows.
+    """Run ``fn(rows, out_rows, *extra)`` over both halves of ``rows_in`` and ``out``.
 
     The second half goes to ``helper`` and the first runs here, both at once (torch
     releases the GIL in kernels); without a helper, or with few rows, one call.
     """
-    *extra, out = args
     n = rows_in.shape[0]
     if helper is None or n < MIN_SPLIT_ROWS:
-        fn(rows_in, *extra, out)
+        fn(rows_in, out, *extra)
         return
     half = n // 2
-    job = helper.submit(fn, rows_in[half:], *extra, out[half:])
+    job = helper.submit(fn, rows_in[half:], out[half:], *extra)
     try:
-        fn(rows_in[:half], *extra, out[:half])
+        fn(rows_in[:half], out[:half], *extra)
     finally:
         job.result()
 
@@ -378,7 +370,7 @@ def _logits_into(
 
     def project(hidden: torch.Tensor) -> torch.Tensor:
         out = workspace.get((*hidden.shape[:-1], weight.shape[0]), weight.dtype, weight.device)
-        _split_rows(helper, _linear_into, hidden, weight, bias, out)
+        _split_rows(helper, _linear_into, hidden, out, weight, bias)
         return out
 
     head.forward = project

@@ -27,10 +27,14 @@ import torch
 
 from genlm_core.prefix_tree import PrefixCacheStats, PrefixTree
 
-__all__ = ["KVCacheStats", "PrefixKVCache", "Run"]
+__all__ = ["BATCHED_COPY_BYTES", "KVCacheStats", "PrefixKVCache", "Run"]
 
 Run = tuple[int, int]
 """Consecutive pool slots: ``(first slot, number of slots)``."""
+
+#: Largest temporary copy the batched gather/store paths may make (bytes); bigger
+#: batches go row by row (or run by run), so a forward's working memory stays small.
+BATCHED_COPY_BYTES = 8 << 20
 
 _MIN_SLOTS = 256  # first pool size (slots), then doubled as needed up to the budget
 
@@ -170,7 +174,7 @@ class PrefixKVCache:
         adapter: Hashable,
         requests: Sequence[tuple[Sequence[int], int]],
         kv: torch.Tensor,
-        max_copy_bytes: int = 8 << 20,
+        max_copy_bytes: int = BATCHED_COPY_BYTES,
     ) -> None:
         """:meth:`insert` for the rows of one forward, with one copy into the pool.
 
