@@ -128,7 +128,8 @@ class OutputCache:
                 return  # could never fit; the stale old value is gone too
             self._data[key] = (value, size, device)
             self._nbytes += size
-            self._evict()
+            evicted = self._evict()
+        del evicted, old  # dropped values die here, after the sizes are updated
 
     def __delitem__(self, key: Hashable) -> None:
         with self._lock:
@@ -152,8 +153,9 @@ class OutputCache:
         """
         with self._lock:
             doomed = [k for k in self._data if predicate(k)]
-            for k in doomed:
-                self._nbytes -= self._data.pop(k)[1]
+            dropped = [self._data.pop(k) for k in doomed]
+            self._nbytes -= sum(entry[1] for entry in dropped)
+        del dropped  # the values die here, after the sizes are updated
         return len(doomed)
 
     def __contains__(self, key: object) -> bool:
@@ -171,8 +173,9 @@ class OutputCache:
     def clear(self) -> None:
         """Drop every entry (the hit/miss counters are kept)."""
         with self._lock:
-            self._data.clear()
+            dropped, self._data = self._data, OrderedDict()
             self._nbytes = 0
+        dropped.clear()  # the values die here, after the sizes are updated
 
     def __repr__(self) -> str:
         return (
@@ -182,15 +185,25 @@ class OutputCache:
         )
 
     # -- internals (call with the lock held where noted) ------------------------------
+    #
+    # Dropped values are released after the sizes are updated and the lock is free:
+    # a value's finalizer (genlm_core.row_pool returns row memory that way) may read
+    # this cache's size, and must not run under its lock.
 
-    def _evict(self) -> None:
-        """Drop least-recently-used entries until within both limits (lock held)."""
+    def _evict(self) -> list[tuple[Any, int, Any]]:
+        """Remove least-recently-used entries until within both limits (lock held).
+
+        Returns the removed entries, for the caller to drop once the lock is released.
+        """
         data = self._data
+        evicted = []
         while (self.max_entries is not None and len(data) > self.max_entries) or (
             self.max_bytes is not None and self._nbytes > self.max_bytes
         ):
-            _, (_, size, _) = data.popitem(last=False)
-            self._nbytes -= size
+            _, entry = data.popitem(last=False)
+            self._nbytes -= entry[1]
+            evicted.append(entry)
+        return evicted
 
     @staticmethod
     def _restore(entry: tuple[Any, int, Any]) -> Any:

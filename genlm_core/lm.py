@@ -35,6 +35,7 @@ from genlm_core.errors import (
     ModelClosedError,
     UnknownLoraError,
 )
+from genlm_core.row_pool import RowPool
 from genlm_core.tokenization import Token, decode_vocab
 
 __all__ = ["AsyncLM", "AsyncLMBase", "BatchedAsyncLM", "Request", "sampling_args"]
@@ -391,6 +392,10 @@ class BatchedAsyncLM(AsyncLMBase):
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AutoBatcher] = (
             weakref.WeakKeyDictionary()
         )
+        #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
+        #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
+        #: pages instead of fresh ones (see :mod:`genlm_core.row_pool`).
+        self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
 
     @abstractmethod
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
@@ -510,16 +515,43 @@ class BatchedAsyncLM(AsyncLMBase):
         return torch.stack([results[r] for r in reqs])
 
     def clear_cache(self) -> None:
-        """Drop every cached output."""
+        """Drop every cached output.
+
+        The memory of dropped rows stays in :attr:`row_pool` for the next batches
+        (within the output cache's byte budget, see :meth:`_free_row_bytes`);
+        :meth:`cleanup` frees it.
+        """
         if self.cache is not None:
             self.cache.clear()
 
     def output_cache_info(self) -> dict[str, int]:
-        """Entries and bytes held by the output cache (zeros when it is off)."""
+        """Entries and bytes of the output cache (zeros when off), and free row bytes kept."""
+        cache = self.cache
+        free = self.row_pool.stats().free_bytes
+        if cache is None:
+            return {"entries": 0, "bytes": 0, "free_row_bytes": free}
+        return {"entries": len(cache), "bytes": cache.nbytes, "free_row_bytes": free}
+
+    def _free_row_bytes(self) -> int:
+        """How many bytes of free rows :attr:`row_pool` may keep.
+
+        What the output cache's budget leaves unused (cached plus free rows stay
+        within ``cache_bytes``), and at least one full batch, so that a program in a
+        steady state, whose cache evicts a batch of rows per batch it adds, reuses
+        them.
+        """
+        row_bytes = self.row_pool.row_bytes
+        one_batch = self.batch_size * row_bytes
         cache = self.cache
         if cache is None:
-            return {"entries": 0, "bytes": 0}
-        return {"entries": len(cache), "bytes": cache.nbytes}
+            return one_batch
+        if cache.max_bytes is not None:
+            budget = cache.max_bytes
+        elif cache.max_entries is not None:
+            budget = cache.max_entries * row_bytes
+        else:  # an unbounded cache: no budget to fill with free rows
+            return one_batch
+        return max(one_batch, budget - cache.nbytes)
 
     def _drop_adapter_outputs(self, lora_name: str) -> None:
         """Drop the cached outputs of adapter ``lora_name`` (it was replaced or removed)."""
@@ -530,6 +562,7 @@ class BatchedAsyncLM(AsyncLMBase):
         for batcher in list(self._batchers.values()):
             batcher.close()
         self._batchers.clear()
+        self.row_pool.close()
         super()._release()
 
 

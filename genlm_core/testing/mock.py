@@ -72,8 +72,8 @@ class MockAsyncLM(BatchedAsyncLM):
         for i, req in enumerate(requests):
             rng = np.random.default_rng(_seed(req))
             rows[i] = rng.standard_normal(n, dtype=np.float32) / self.temperature
-        logits = torch.from_numpy(rows)
-        return list(torch.log_softmax(logits, dim=-1))
+        logprobs = torch.log_softmax(torch.from_numpy(rows), dim=-1)
+        return self.row_pool.copy_rows(logprobs)  # one row each, in recycled memory
 
     def add_new_lora(self, lora_path: str, lora_name: str) -> None:
         """Register a fake adapter: it perturbs the distribution deterministically by name."""

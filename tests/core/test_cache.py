@@ -245,3 +245,28 @@ def test_concurrent_writers_and_readers_keep_the_invariants() -> None:
     assert cache.nbytes <= 50 * 40
     assert cache.nbytes == sum(cache.get(k).nbytes for k in cache.keys())
     assert cache.hits + cache.misses == 2 * 6000 + len(cache)
+
+
+def test_dropped_values_die_after_the_size_is_updated() -> None:
+    """A value's finalizer (genlm_core.row_pool) may read the cache: it sees the new size."""
+    import weakref
+
+    class Value:
+        nbytes = 10
+
+    cache = OutputCache(max_bytes=25)
+    seen: list[int] = []
+
+    def put(key: str) -> None:
+        value = Value()
+        weakref.finalize(value, lambda: seen.append(cache.nbytes))
+        cache[key] = value
+
+    put("a")
+    put("b")
+    put("c")  # evicts "a"
+    assert seen == [20]
+    cache.remove_if(lambda key: key == "b")
+    assert seen == [20, 10]
+    cache.clear()
+    assert seen == [20, 10, 0]

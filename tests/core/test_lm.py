@@ -257,3 +257,36 @@ def test_prompts_longer_than_max_positions_are_rejected(tokenizer):
     assert lm.validate_token_ids([1, 2, 3]) == (1, 2, 3)
     with pytest.raises(InvalidTokenIdsError, match="4 tokens, more than the model's context of 3"):
         lm.validate_token_ids([1, 2, 3, 4])
+
+
+async def test_rows_of_dropped_outputs_are_recycled(tokenizer):
+    lm = MockAsyncLM(tokenizer, batch_size=4)
+    first = [(await lm.batch_next_token_logprobs([[i + 1] for i in range(4)])).clone()]
+    lm.clear_cache()
+    await asyncio.sleep(0)  # the loop lets go of the handle that resumed us (it holds a row)
+    gc.collect()
+    assert lm.output_cache_info()["free_row_bytes"] == 4 * lm.row_pool.row_bytes
+    again = await lm.batch_next_token_logprobs([[i + 1] for i in range(4)])
+    assert lm.row_pool.stats().reused == 4
+    assert torch.equal(again, first[0])  # recomputed into recycled memory: same values
+    lm.cleanup()
+    assert lm.row_pool.stats().free_rows == 0
+
+
+async def test_cached_and_free_rows_stay_within_the_cache_budget_and_one_batch(tokenizer):
+    probe = MockAsyncLM(tokenizer)
+    row_bytes = probe.row_pool.row_bytes
+    probe.cleanup()
+    lm = MockAsyncLM(tokenizer, batch_size=2, cache_bytes=10 * row_bytes)
+    for start in range(0, 40, 2):  # 40 rows through a 10-row cache
+        await lm.batch_next_token_logprobs([[start + 1], [start + 2]])
+        gc.collect()
+        info = lm.output_cache_info()
+        # within the budget, plus at most one batch kept free for the next batch
+        assert info["bytes"] + info["free_row_bytes"] <= 10 * row_bytes + 2 * row_bytes
+    assert lm.row_pool.stats().reused > 0  # evicted rows came back and were reused
+    lm.clear_cache()
+    await asyncio.sleep(0)
+    gc.collect()
+    assert lm.output_cache_info()["free_row_bytes"] == 10 * row_bytes
+    lm.cleanup()

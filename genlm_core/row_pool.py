@@ -1,0 +1,195 @@
+"""RowPool: recycled memory for the per-request rows a backend returns.
+
+Why. A backend returns each request's next-token log-probs as its own tensor (a
+row of vocabulary width), so a 64-request batch over a 50k vocabulary is 13 MB of
+new rows. Fresh memory from the allocator is fresh pages, and on a CPU their
+first-touch page faults cost more than the log-softmax that fills them (measured on
+this project's 2-core machine: 4.4 ms to copy a 64 x 50k batch into fresh memory,
+0.4 ms into memory touched before). The pool hands out rows whose memory comes back
+to it once nothing uses it any more, so later batches write into warm pages.
+
+How a row comes back. Each row is a ``torch.from_numpy`` tensor over a numpy view
+of a pooled slot. The tensor's storage (shared by every view of the row a caller
+makes, ``.numpy()`` arrays included) holds that numpy view; when the last user of
+the storage is gone the view dies, and a weak-reference callback returns the slot.
+A slot is therefore never reused while anything can still read it.
+
+How much it keeps. Free slots beyond ``max_free_bytes`` (a number, or a function
+asked at each return, so a backend can tie it to its output cache's budget) go back
+to the allocator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["RowPool", "RowPoolStats"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RowPoolStats:
+    """A snapshot of a :class:`RowPool`.
+
+    Attributes:
+        free_rows: Slots waiting for reuse.
+        free_bytes: Their bytes.
+        live_rows: Rows handed out whose memory is still in use somewhere.
+        reused: Rows served from a recycled slot.
+        allocated: Rows that needed new memory.
+    """
+
+    free_rows: int
+    free_bytes: int
+    live_rows: int
+    reused: int
+    allocated: int
+
+
+class RowPool:
+    """Hands out 1-D CPU tensors of one width whose memory is recycled.
+
+    Args:
+        width: Elements per row (the vocabulary size).
+        max_free_bytes: Most bytes of free slots to keep: an integer, or a
+            zero-argument function returning one (asked whenever a slot comes back).
+        dtype: Element type of the rows (torch or numpy dtype; float32 by default).
+
+    Raises:
+        ValueError: ``width`` is not an integer >= 1, or ``max_free_bytes`` is neither
+            a non-negative integer nor callable.
+
+    Example::
+
+        pool = RowPool(50257, max_free_bytes=64 << 20)
+        rows = pool.copy_rows(batch_logprobs)  # list of (50257,) float32 tensors
+    """
+
+    def __init__(
+        self,
+        width: int,
+        max_free_bytes: int | Callable[[], int],
+        dtype: Any = np.float32,
+    ) -> None:
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ValueError(f"width must be an integer >= 1, got {width!r}")
+        if not callable(max_free_bytes) and (
+            isinstance(max_free_bytes, bool)
+            or not isinstance(max_free_bytes, int)
+            or max_free_bytes < 0
+        ):
+            raise ValueError(
+                f"max_free_bytes must be an integer >= 0 or a function returning one, "
+                f"got {max_free_bytes!r}"
+            )
+        if isinstance(dtype, torch.dtype):
+            dtype = torch.empty((), dtype=dtype).numpy().dtype
+        self.width = width
+        self.dtype = np.dtype(dtype)
+        self.row_bytes = width * self.dtype.itemsize
+        self._max_free_bytes = max_free_bytes
+        self._free: list[np.ndarray] = []
+        # id(weakref) -> (weakref, slot): the weakref must outlive its referent for
+        # the callback to run, and the callback finds its slot here.
+        self._live: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+        # The callback runs in whichever thread drops a row's last user, possibly in
+        # the middle of this pool's own code (a garbage collection): it takes no lock
+        # and only uses list/dict operations, which are atomic in CPython.
+        self._counter_lock = threading.Lock()
+        self._closed = False
+        self._reused = 0
+        self._allocated = 0
+
+    def copy_rows(self, batch: np.ndarray | torch.Tensor) -> list[torch.Tensor]:
+        """Copy each row of a ``(n, width)`` array into its own pooled tensor.
+
+        Args:
+            batch: A 2-D numpy array or CPU tensor of the pool's dtype and width.
+
+        Returns:
+            ``n`` tensors of shape ``(width,)``, each owning its memory.
+
+        Raises:
+            ValueError: ``batch`` has the wrong shape, dtype or device.
+        """
+        if isinstance(batch, torch.Tensor):
+            if batch.device.type != "cpu":
+                raise ValueError(
+                    f"copy_rows needs a CPU tensor, got one on {batch.device}; call .cpu() first"
+                )
+            batch = batch.detach().numpy()
+        if not isinstance(batch, np.ndarray) or batch.ndim != 2 or batch.shape[1] != self.width:
+            raise ValueError(
+                f"copy_rows needs a 2-D array of shape (n, {self.width}), got "
+                f"{type(batch).__name__} of shape {getattr(batch, 'shape', None)}"
+            )
+        if batch.dtype != self.dtype:
+            raise ValueError(
+                f"copy_rows needs rows of dtype {self.dtype}, got {batch.dtype}; convert "
+                f"the batch first (e.g. .astype({str(self.dtype)!r}))"
+            )
+        rows = []
+        for values in batch:
+            slot = self._take()
+            np.copyto(slot, values)
+            rows.append(torch.from_numpy(self._lease(slot)))
+        return rows
+
+    def stats(self) -> RowPoolStats:
+        """Counters and sizes right now."""
+        free = len(self._free)
+        return RowPoolStats(
+            free_rows=free,
+            free_bytes=free * self.row_bytes,
+            live_rows=len(self._live),
+            reused=self._reused,
+            allocated=self._allocated,
+        )
+
+    def release(self) -> None:
+        """Give every free slot back to the allocator (live rows are untouched)."""
+        self._free.clear()
+
+    def close(self) -> None:
+        """Release free slots and keep none from now on (rows still live stay valid)."""
+        self._closed = True
+        self._free.clear()
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (
+            f"<RowPool width={self.width} dtype={self.dtype} free={s.free_rows} live={s.live_rows}>"
+        )
+
+    # -- slots ---------------------------------------------------------------------
+
+    def _take(self) -> np.ndarray:
+        try:
+            slot = self._free.pop()
+        except IndexError:  # none free (checked and popped at once: another thread may take)
+            with self._counter_lock:
+                self._allocated += 1
+            return np.empty(self.width, dtype=self.dtype)
+        with self._counter_lock:
+            self._reused += 1
+        return slot
+
+    def _lease(self, slot: np.ndarray) -> np.ndarray:
+        view = slot.view()  # dies with the last storage that uses it
+        ref = weakref.ref(view, self._give_back)
+        self._live[id(ref)] = (ref, slot)
+        return view
+
+    def _give_back(self, ref: weakref.ref) -> None:
+        limit = self._max_free_bytes
+        if callable(limit):
+            limit = limit()
+        _, slot = self._live.pop(id(ref))
+        if not self._closed and (len(self._free) + 1) * self.row_bytes <= limit:
+            self._free.append(slot)

@@ -1,0 +1,143 @@
+"""RowPool: rows own their memory, and it is reused only once nothing can read it."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from genlm_core.row_pool import RowPool
+
+
+def batch(n: int, width: int = 16, start: float = 0.0) -> np.ndarray:
+    return (np.arange(n * width, dtype=np.float32).reshape(n, width) + start).copy()
+
+
+def test_rows_are_independent_float32_copies():
+    pool = RowPool(16, max_free_bytes=1 << 20)
+    values = batch(3)
+    rows = pool.copy_rows(values)
+    assert len(rows) == 3
+    for row, expected in zip(rows, values, strict=True):
+        assert row.dtype == torch.float32 and row.shape == (16,) and row.device.type == "cpu"
+        assert row.untyped_storage().nbytes() == row.nbytes  # owns exactly one row
+        np.testing.assert_array_equal(row.numpy(), expected)
+    values[:] = -1  # a copy, not a view of the batch
+    assert rows[0][1].item() == 1.0
+
+
+def test_a_dropped_row_is_reused_and_rewritten():
+    pool = RowPool(16, max_free_bytes=1 << 20)
+    rows = pool.copy_rows(batch(2))
+    del rows
+    gc.collect()
+    assert pool.stats().free_rows == 2
+    again = pool.copy_rows(batch(2, start=100.0))
+    stats = pool.stats()
+    assert stats.reused == 2 and stats.allocated == 2 and stats.free_rows == 0
+    np.testing.assert_array_equal(torch.stack(again).numpy(), batch(2, start=100.0))
+
+
+def test_memory_still_readable_is_never_reused():
+    pool = RowPool(16, max_free_bytes=1 << 20)
+    kept, dropped = pool.copy_rows(batch(2))
+    view = kept[4:8]  # a view shares the row's storage
+    array = kept.numpy()  # so does a numpy array of it
+    del kept
+    del dropped
+    gc.collect()
+    assert pool.stats().free_rows == 1  # only the row nobody reads
+    for _ in range(5):
+        pool.copy_rows(batch(3, start=-50.0))
+    np.testing.assert_array_equal(view.numpy(), np.arange(4, 8, dtype=np.float32))
+    np.testing.assert_array_equal(array, np.arange(16, dtype=np.float32))
+    assert pool.stats().live_rows >= 1
+    del view
+    gc.collect()
+    assert pool.stats().live_rows >= 1  # the numpy array still holds it
+    del array
+    gc.collect()
+    assert pool.stats().live_rows == 0
+
+
+def test_free_rows_are_capped_by_bytes_or_a_function():
+    row_bytes = 16 * 4
+    pool = RowPool(16, max_free_bytes=2 * row_bytes)
+    rows = pool.copy_rows(batch(5))
+    del rows
+    gc.collect()
+    assert pool.stats().free_rows == 2 and pool.stats().free_bytes == 2 * row_bytes
+
+    allowed = [3 * row_bytes]
+    pool = RowPool(16, max_free_bytes=lambda: allowed[0])
+    rows = pool.copy_rows(batch(5))
+    del rows
+    gc.collect()
+    assert pool.stats().free_rows == 3
+    allowed[0] = 0
+    pool.copy_rows(batch(1))  # takes one free slot and gives it back: not kept now
+    gc.collect()
+    assert pool.stats().free_rows == 2
+
+
+def test_release_and_close():
+    pool = RowPool(16, max_free_bytes=1 << 20)
+    del_me = pool.copy_rows(batch(2))
+    live = pool.copy_rows(batch(1, start=7.0))[0]
+    del del_me
+    gc.collect()
+    pool.release()
+    assert pool.stats().free_rows == 0
+    pool.close()
+    assert live[0].item() == 7.0  # live rows stay valid
+    del live
+    gc.collect()
+    assert pool.stats().free_rows == 0  # a closed pool keeps nothing
+
+
+def test_rows_dropped_in_other_threads_come_back():
+    pool = RowPool(16, max_free_bytes=1 << 20)
+    rows = pool.copy_rows(batch(8))
+    box = [rows]
+    del rows
+    t = threading.Thread(target=box.clear)
+    t.start()
+    t.join()
+    gc.collect()
+    assert pool.stats().free_rows == 8 and pool.stats().live_rows == 0
+
+
+def test_copy_rows_takes_cpu_tensors():
+    pool = RowPool(4, max_free_bytes=1 << 20, dtype=torch.float32)
+    rows = pool.copy_rows(torch.ones(2, 4))
+    assert torch.equal(torch.stack(rows), torch.ones(2, 4))
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (np.zeros((2, 5), np.float32), r"shape \(n, 4\)"),
+        (np.zeros(4, np.float32), r"shape \(n, 4\)"),
+        (np.zeros((2, 4), np.float64), "dtype float32"),
+        ([[0.0] * 4], r"shape \(n, 4\)"),
+    ],
+)
+def test_bad_batches_are_refused_with_the_fix(bad, message):
+    pool = RowPool(4, max_free_bytes=0)
+    with pytest.raises(ValueError, match=message):
+        pool.copy_rows(bad)
+
+
+@pytest.mark.parametrize("width", [0, -3, 2.5, True])
+def test_bad_width(width):
+    with pytest.raises(ValueError, match="width must be an integer >= 1"):
+        RowPool(width, max_free_bytes=0)
+
+
+@pytest.mark.parametrize("limit", [-1, 1.5, "big", None])
+def test_bad_limit(limit):
+    with pytest.raises(ValueError, match="max_free_bytes must be an integer >= 0"):
+        RowPool(4, max_free_bytes=limit)
