@@ -129,23 +129,28 @@ def test_logits_into_leaves_other_heads_alone():
         assert "forward" not in vars(plain.head)
 
 
-def test_split_rows_over_a_helper_thread_computes_the_same():
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("helper_late", [False, True])
+def test_work_shared_with_a_helper_thread_computes_the_same(bias, helper_late):
     import concurrent.futures
+    import time
 
     from genlm_hf._forward import MIN_SPLIT_ROWS
 
     torch.manual_seed(0)
-    model = Head(torch.nn.Linear(8, 40))
-    x = torch.randn(MIN_SPLIT_ROWS + 3, 1, 8)  # an odd number of rows: unequal halves
+    model = Head(torch.nn.Linear(8, 5000, bias=bias))  # several column blocks of 64 rows
+    x = torch.randn(64, 1, 8)
     with torch.no_grad():
         expected = model(x)
     with concurrent.futures.ThreadPoolExecutor(
         1, initializer=set_thread_torch_threads, initargs=(1,)
     ) as helper:
-        ws = Workspace(keep_bytes=1 << 20)
+        if helper_late:  # its core busy elsewhere: this thread takes more of the blocks
+            helper.submit(time.sleep, 0.01)
+        ws = Workspace(keep_bytes=1 << 24)
         with torch.no_grad(), _logits_into(model, ws, helper):
             got = model(x)
-        logits = torch.randn(MIN_SPLIT_ROWS + 1, 300)
+        logits = torch.randn(MIN_SPLIT_ROWS * 2 + 3, 300)  # a short last block of rows
         rows = log_softmax_rows(logits, Workspace(keep_bytes=1 << 20), helper)
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(torch.stack(rows), torch.log_softmax(logits, -1))

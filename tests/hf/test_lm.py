@@ -7,6 +7,7 @@ forward of the whole prompt, batch of one, no cache, no padding.
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 
 import pytest
@@ -194,6 +195,20 @@ async def test_clear_cache_empties_both(hf_models):
     assert lm.kv_cache_stats.bytes > 0 and len(lm.cache) == 1
     lm.clear_cache()
     assert lm.kv_cache_stats.bytes == 0 and lm.kv_cache_stats.entries == 0 and len(lm.cache) == 0
+    lm.cleanup()
+
+
+async def test_recomputed_rows_reuse_freed_memory_and_match(hf_models):
+    lm = hf_models("tiny-gpt2").lm()
+    prompts = [[i + 1, i + 2] for i in range(12)]
+    first = (await lm.batch_next_token_logprobs(prompts)).clone()
+    lm.clear_cache()
+    await asyncio.sleep(0)
+    gc.collect()
+    assert lm.row_pool.stats().free_rows == 12  # the dropped outputs' memory, kept
+    again = await lm.batch_next_token_logprobs(prompts)
+    assert lm.row_pool.stats().reused == 12
+    torch.testing.assert_close(again, first, rtol=0, atol=1e-5)
     lm.cleanup()
 
 

@@ -301,7 +301,9 @@ class AsyncTransformer(BatchedAsyncLM):
                 logits_workspace=self._logits_workspace,
                 helper=self._helper,
             )
-            rows_out = log_softmax_rows(logits, self._logprobs_workspace, self._helper)
+            rows_out = log_softmax_rows(
+                logits, self._logprobs_workspace, self._helper, self.row_pool
+            )
             for row, out in zip(group, rows_out, strict=True):
                 done[row.token_ids] = out
             if buffer is not None:
