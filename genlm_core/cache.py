@@ -82,7 +82,12 @@ class OutputCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.move_to_cpu = bool(move_to_cpu)
-        self._data: OrderedDict[Hashable, tuple[Any, int, Any]] = OrderedDict()
+        # key -> value, in LRU order; sizes (and original devices, with move_to_cpu)
+        # beside it: no tuple per entry, one object fewer per entry for the cyclic
+        # garbage collector to scan in a long-running program.
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._sizes: dict[Hashable, int] = {}
+        self._devices: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
         self._nbytes = 0
         self.hits = 0
@@ -101,13 +106,14 @@ class OutputCache:
     def get(self, key: Hashable, default: Any = None) -> Any:
         """The value for ``key`` (now the most recently used), or ``default``."""
         with self._lock:
-            entry = self._data.get(key, _MISSING)
-            if entry is _MISSING:
+            value = self._data.get(key, _MISSING)
+            if value is _MISSING:
                 self.misses += 1
                 return default
             self._data.move_to_end(key)
             self.hits += 1
-        return self._restore(entry)
+            device = self._devices.get(key) if self._devices else None
+        return value if device is None else value.to(device)
 
     def __getitem__(self, key: Hashable) -> Any:
         value = self.get(key, _MISSING)
@@ -121,29 +127,32 @@ class OutputCache:
             device, value = value.device, value.cpu()
         size = nbytes_of(value)
         with self._lock:
-            old = self._data.pop(key, None)
-            if old is not None:
-                self._nbytes -= old[1]
+            old = self._remove(key)
             if (self.max_bytes is not None and size > self.max_bytes) or self.max_entries == 0:
                 return  # could never fit; the stale old value is gone too
-            self._data[key] = (value, size, device)
+            self._data[key] = value
+            self._sizes[key] = size
+            if device is not None:
+                self._devices[key] = device
             self._nbytes += size
             evicted = self._evict()
         del evicted, old  # dropped values die here, after the sizes are updated
 
     def __delitem__(self, key: Hashable) -> None:
         with self._lock:
-            value, size, _ = self._data.pop(key)
-            self._nbytes -= size
+            if key not in self._data:
+                raise KeyError(key)
+            value = self._remove(key)
+        del value
 
     def pop(self, key: Hashable, default: Any = None) -> Any:
         """Remove ``key`` and return its value, or ``default`` when absent."""
         with self._lock:
-            entry = self._data.pop(key, _MISSING)
-            if entry is _MISSING:
-                return default
-            self._nbytes -= entry[1]
-        return self._restore(entry)
+            device = self._devices.get(key)
+            value = self._remove(key, _MISSING)
+        if value is _MISSING:
+            return default
+        return value if device is None else value.to(device)
 
     def remove_if(self, predicate: Callable[[Hashable], bool]) -> int:
         """Remove every entry whose key satisfies ``predicate``; return how many.
@@ -153,8 +162,7 @@ class OutputCache:
         """
         with self._lock:
             doomed = [k for k in self._data if predicate(k)]
-            dropped = [self._data.pop(k) for k in doomed]
-            self._nbytes -= sum(entry[1] for entry in dropped)
+            dropped = [self._remove(k) for k in doomed]
         del dropped  # the values die here, after the sizes are updated
         return len(doomed)
 
@@ -174,6 +182,7 @@ class OutputCache:
         """Drop every entry (the hit/miss counters are kept)."""
         with self._lock:
             dropped, self._data = self._data, OrderedDict()
+            self._sizes, self._devices = {}, {}
             self._nbytes = 0
         dropped.clear()  # the values die here, after the sizes are updated
 
@@ -190,22 +199,25 @@ class OutputCache:
     # a value's finalizer (genlm_core.row_pool returns row memory that way) may read
     # this cache's size, and must not run under its lock.
 
-    def _evict(self) -> list[tuple[Any, int, Any]]:
+    def _remove(self, key: Hashable, default: Any = None) -> Any:
+        """Unlink ``key`` and return its value (lock held)."""
+        value = self._data.pop(key, _MISSING)
+        if value is _MISSING:
+            return default
+        self._nbytes -= self._sizes.pop(key)
+        if self._devices:
+            self._devices.pop(key, None)
+        return value
+
+    def _evict(self) -> list[Any]:
         """Remove least-recently-used entries until within both limits (lock held).
 
-        Returns the removed entries, for the caller to drop once the lock is released.
+        Returns the removed values, for the caller to drop once the lock is released.
         """
         data = self._data
         evicted = []
         while (self.max_entries is not None and len(data) > self.max_entries) or (
             self.max_bytes is not None and self._nbytes > self.max_bytes
         ):
-            _, entry = data.popitem(last=False)
-            self._nbytes -= entry[1]
-            evicted.append(entry)
+            evicted.append(self._remove(next(iter(data))))
         return evicted
-
-    @staticmethod
-    def _restore(entry: tuple[Any, int, Any]) -> Any:
-        value, _, device = entry
-        return value if device is None else value.to(device)

@@ -421,8 +421,10 @@ class BatchedAsyncLM(AsyncLMBase):
         if len(outs) == len(requests):
             for i, out in enumerate(outs):
                 self._check_output(out)
-                if out.untyped_storage().nbytes() > out.nbytes:
-                    # A row view would pin its whole batch in the cache and in callers.
+                # A row view would pin its whole batch in the cache and in callers. (Rows
+                # of the pool are whole: asking for their storage would keep one more
+                # Python object per cached row alive, for the garbage collector to scan.)
+                if not self.row_pool.owns(out) and out.untyped_storage().nbytes() > out.nbytes:
                     outs[i] = out = out.clone()
             if self.cache is not None:
                 for req, out in zip(requests, outs, strict=True):

@@ -24,8 +24,9 @@ Not thread-safe: the backends call it under their model lock.
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 __all__ = ["PrefixCacheStats", "PrefixNode", "PrefixTree"]
@@ -61,6 +62,12 @@ class PrefixCacheStats:
 S = TypeVar("S", bound=PrefixCacheStats)
 
 
+#: The children of every leaf: read-only and shared, so that the many leaves of a
+#: large cache carry no dict each (one object fewer per cached prefix for Python's
+#: cyclic garbage collector to scan); :func:`_add_child` gives a node its own dict.
+_NO_CHILDREN: Mapping[int, Any] = types.MappingProxyType({})
+
+
 class PrefixNode(Generic[P]):
     """A segment of a prefix: its tokens, what the backend stores for them, tree links."""
 
@@ -70,7 +77,13 @@ class PrefixNode(Generic[P]):
         self.tokens = tokens
         self.payload = payload
         self.parent = parent
-        self.children: dict[int, PrefixNode[P]] = {}
+        self.children: Mapping[int, PrefixNode[P]] = _NO_CHILDREN
+
+
+def _add_child(parent: PrefixNode[P], child: PrefixNode[P]) -> None:
+    if parent.children is _NO_CHILDREN:
+        parent.children = {}
+    parent.children[child.tokens[0]] = child  # type: ignore[index]
 
 
 class PrefixTree(Generic[P]):
@@ -214,7 +227,7 @@ class PrefixTree(Generic[P]):
     ) -> None:
         """Add a leaf below ``parent`` (the end of ``path``, from :meth:`locate`)."""
         new = PrefixNode(tokens, payload, parent)
-        parent.children[tokens[0]] = new
+        _add_child(parent, new)
         self.tokens += len(tokens)
         self._lru[new] = None  # most recent, then its ancestors:
         self._touch(path)
@@ -236,11 +249,11 @@ class PrefixTree(Generic[P]):
         assert node.parent is not None and node.payload is not None
         head, tail = self._split_payload(node.payload, m)
         upper = PrefixNode(node.tokens[:m], head, node.parent)
-        node.parent.children[upper.tokens[0]] = upper
+        _add_child(node.parent, upper)  # replaces ``node`` there: same first token
         node.tokens = node.tokens[m:]
         node.payload = tail
         node.parent = upper
-        upper.children[node.tokens[0]] = node
+        _add_child(upper, node)
         self._lru[upper] = None  # touched (made more recent than ``node``) by the caller
         return upper
 
@@ -254,14 +267,14 @@ class PrefixTree(Generic[P]):
 
     def _drop_subtree(self, node: PrefixNode[P]) -> int:
         """Detach ``node`` and everything below it; return the number of nodes dropped."""
-        if node.parent is not None:
-            node.parent.children.pop(node.tokens[0], None)
+        if node.parent is not None and node.parent.children is not _NO_CHILDREN:
+            node.parent.children.pop(node.tokens[0], None)  # type: ignore[attr-defined]
         dropped = 0
         stack = [node]
         while stack:
             n = stack.pop()
             stack.extend(n.children.values())
-            n.children = {}
+            n.children = _NO_CHILDREN
             if n in self._lru:
                 del self._lru[n]
                 dropped += 1

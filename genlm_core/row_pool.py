@@ -95,9 +95,11 @@ class RowPool:
         self.row_bytes = width * self.dtype.itemsize
         self._max_free_bytes = max_free_bytes
         self._free: list[np.ndarray] = []
-        # id(weakref) -> (weakref, slot): the weakref must outlive its referent for
-        # the callback to run, and the callback finds its slot here.
-        self._live: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+        # id(lease) -> lease: a lease must outlive its row for the callback to run.
+        self._live: dict[int, _Lease] = {}
+        # Data addresses of the live rows (plain ints: nothing for the GC to scan).
+        self._addresses: set[int] = set()
+        self._callback = self._give_back  # one bound method for every lease
         # The callback runs in whichever thread drops a row's last user, possibly in
         # the middle of this pool's own code (a garbage collection): it takes no lock
         # and only uses list/dict operations, which are atomic in CPython.
@@ -141,6 +143,10 @@ class RowPool:
             rows.append(torch.from_numpy(self._lease(slot)))
         return rows
 
+    def owns(self, row: torch.Tensor) -> bool:
+        """Whether ``row`` is exactly one row this pool handed out (not a part of one)."""
+        return row.data_ptr() in self._addresses and row.numel() == self.width
+
     def stats(self) -> RowPoolStats:
         """Counters and sizes right now."""
         free = len(self._free)
@@ -182,14 +188,28 @@ class RowPool:
 
     def _lease(self, slot: np.ndarray) -> np.ndarray:
         view = slot.view()  # dies with the last storage that uses it
-        ref = weakref.ref(view, self._give_back)
-        self._live[id(ref)] = (ref, slot)
+        lease = _Lease(view, self._callback)
+        lease.slot = slot
+        self._live[id(lease)] = lease
+        self._addresses.add(slot.ctypes.data)
         return view
 
-    def _give_back(self, ref: weakref.ref) -> None:
+    def _give_back(self, lease: _Lease) -> None:
         limit = self._max_free_bytes
         if callable(limit):
             limit = limit()
-        _, slot = self._live.pop(id(ref))
+        del self._live[id(lease)]
+        slot = lease.slot
+        self._addresses.discard(slot.ctypes.data)
         if not self._closed and (len(self._free) + 1) * self.row_bytes <= limit:
             self._free.append(slot)
+
+
+class _Lease(weakref.ref):
+    """A weak reference to a handed-out row's numpy view that carries its slot.
+
+    One object per live row (instead of a weakref, a bound method and a tuple): every
+    cached row adds to what Python's cyclic garbage collector scans.
+    """
+
+    __slots__ = ("slot",)

@@ -63,6 +63,15 @@ def test_memory_still_readable_is_never_reused():
     assert pool.stats().live_rows == 0
 
 
+def test_owns_only_whole_rows_it_handed_out():
+    pool = RowPool(16, max_free_bytes=1 << 20)
+    row = pool.copy_rows(batch(1))[0]
+    assert pool.owns(row)
+    assert not pool.owns(row[:8])  # same address, not the whole row
+    assert not pool.owns(row.clone())
+    assert not pool.owns(torch.zeros(16))
+
+
 def test_free_rows_are_capped_by_bytes_or_a_function():
     row_bytes = 16 * 4
     pool = RowPool(16, max_free_bytes=2 * row_bytes)

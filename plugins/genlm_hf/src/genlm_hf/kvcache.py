@@ -51,8 +51,12 @@ class KVCacheStats(PrefixCacheStats):
     pool_bytes: int
 
 
-def _take(runs: list[Run], m: int) -> tuple[list[Run], list[Run]]:
-    """Split runs covering n positions into the first ``m`` positions and the rest."""
+def _take(runs: Sequence[Run], m: int) -> tuple[tuple[Run, ...], tuple[Run, ...]]:
+    """Split runs covering n positions into the first ``m`` positions and the rest.
+
+    Node payloads are tuples of int pairs: Python's garbage collector stops tracking
+    those, so a large cache adds nothing to its full collections.
+    """
     head: list[Run] = []
     tail: list[Run] = []
     left = m
@@ -65,7 +69,7 @@ def _take(runs: list[Run], m: int) -> tuple[list[Run], list[Run]]:
         else:
             tail.append((start, length))
         left -= length
-    return head, tail
+    return tuple(head), tuple(tail)
 
 
 class PrefixKVCache:
@@ -95,7 +99,7 @@ class PrefixKVCache:
         self._fresh = 0  # slots [fresh, pool size) were never used
         self._free: list[Run] = []  # freed runs, reused last-in first-out
         self._used = 0  # slots held by nodes
-        self._tree: PrefixTree[list[Run]] = PrefixTree(
+        self._tree: PrefixTree[tuple[Run, ...]] = PrefixTree(
             split=_take, release=self._free_runs
         )  # a node's payload: the runs of slots holding its positions
 
@@ -234,7 +238,7 @@ class PrefixKVCache:
         runs = self._alloc(end - pos, protect=path)
         if runs is None:
             return []
-        self._tree.attach(node, tuple(token_ids[pos:]), runs, path)
+        self._tree.attach(node, tuple(token_ids[pos:]), tuple(runs), path)
         copies: list[tuple[int, int, int]] = []
         offset = pos - start
         for slot, n in runs:
@@ -297,7 +301,7 @@ class PrefixKVCache:
 
     # -- dropping ------------------------------------------------------------------
 
-    def _free_runs(self, runs: list[Run]) -> None:
+    def _free_runs(self, runs: Sequence[Run]) -> None:
         """A dropped node's slots go back to the free list."""
         for run in reversed(runs):
             self._free.append(run)
