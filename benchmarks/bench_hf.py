@@ -26,8 +26,10 @@ that it measures the backend rather than ``torch.multinomial``; the README figur
 printed beside it. Each sampler is also timed against a zero-cost model, the ceiling
 any backend could reach with it. *Replay*: the request stream recorded from our run,
 sent to each backend as the same concurrent waves without a sampler: the backend's
-own log-prob calls per second. Each repeat starts from cold caches; runs
-interleave so load from other processes hits both alike. Medians over ``--repeats``
+own log-prob calls per second. Each repeat starts from cold caches and a fresh
+garbage collection (otherwise a ~250 ms full collection, due to garbage one
+implementation left, can land in the other's run); runs interleave so load from
+other processes hits both alike. Medians over ``--repeats``
 and their ratios are printed. Both samplers draw from the same seeded generator, so
 they follow (nearly) the same trajectories.
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -222,6 +225,7 @@ def throughput(name: str, model: str, particles: int, tokens: int, repeats: int,
         for sampler in STEPS:
             for kind, lm in (("ours", lms["ours"]), ("ref", lms["ref"]), ("client", zero)):
                 lm.clear_cache()
+                gc.collect()  # each run pays for its own garbage, not the previous run's
                 record = steps if (kind, sampler) == ("ours", "readme") else None
                 t0 = time.perf_counter()
                 calls = asyncio.run(sis(lm, prompt, particles, tokens, r, record, sampler))
@@ -233,6 +237,7 @@ def throughput(name: str, model: str, particles: int, tokens: int, repeats: int,
                 )
         for kind, lm in lms.items():
             lm.clear_cache()
+            gc.collect()
             t0 = time.perf_counter()
             calls = asyncio.run(replay(lm, steps))
             dt = time.perf_counter() - t0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib.util
 import os
 import statistics
@@ -144,6 +145,7 @@ def main() -> int:
         for kind in order:
             lm = lms[kind]
             lm.clear_cache()
+            gc.collect()  # each run pays for its own garbage, not the previous run's
             record = steps if kind == "ours" else None
             t0 = time.perf_counter()
             calls = asyncio.run(sis(lm, prompt, particles, tokens, r, record, "inverse-cdf"))
@@ -155,6 +157,7 @@ def main() -> int:
         for kind in order:
             lm = lms[kind]
             lm.clear_cache()
+            gc.collect()
             t0 = time.perf_counter()
             calls = asyncio.run(replay(lm, steps))
             dt = time.perf_counter() - t0

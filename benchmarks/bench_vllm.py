@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib.util
 import json
 import os
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> None:
         for name, lm in lms.items():
             lm.clear_cache()
             ours.llm.reset_prefix_cache()
+            gc.collect()  # each run pays for its own garbage, not the previous run's
             start = time.perf_counter()
             calls = asyncio.run(sis(lm, prompt, particles, tokens, r, sampler="inverse-cdf"))
             dt = time.perf_counter() - start

@@ -88,3 +88,44 @@ def test_random_prompts_always_match_their_stored_prefix():
         probe = rng.choice(stored)
         assert matched(tree, None, probe, len(probe)) == tuple(probe)
     assert tree.tokens == sum(len(n.tokens) for n in tree._lru)
+
+
+def test_merge_grows_a_leaf_instead_of_adding_nodes():
+    joined = []
+
+    def merge(a, b):
+        joined.append((a, b))
+        return a + b
+
+    tree = PrefixTree(split=lambda p, m: (p[:m], p[m:]), merge=merge)
+    ids = [1, 2, 3]
+    node, path, held = tree.locate(None, ids)
+    tree.attach(node, tuple(ids), "abc", path)
+    for step, tok in enumerate([4, 5, 6]):  # a particle: one token per step
+        ids.append(tok)
+        node, path, held = tree.locate(None, ids)
+        assert held == len(ids) - 1
+        tree.attach(node, (tok,), "xyz"[step], path)
+    assert len(tree) == 1 and tree.tokens == 6 and len(joined) == 3
+    segments, pos = tree.match(None, ids, len(ids))
+    assert pos == 6 and segments == [("abcxyz", 6, 6)]
+    # a branch inside the grown leaf splits it; the branch is not merged into anything
+    other = [1, 2, 3, 4, 9]
+    node, path, held = tree.locate(None, other)
+    assert held == 4
+    tree.attach(node, (9,), "q", path)
+    assert len(tree) == 3 and tree.tokens == 7
+    assert tree.match(None, ids, 6)[0] == [("abcx", 4, 4), ("yz", 2, 2)]
+    assert tree.match(None, other, 5)[0] == [("abcx", 4, 4), ("q", 1, 1)]
+
+
+def test_lookups_stop_where_a_long_segment_diverges():
+    tree = PrefixTree(split=lambda p, m: (p[:m], p[m:]))
+    ids = list(range(1, 41))
+    node, path, _ = tree.locate(None, ids)
+    tree.attach(node, tuple(ids), "p" * 40, path)
+    for cut in (1, 17, 39):
+        probe = ids[:cut] + [999] + ids[cut + 1 :]
+        segments, pos = tree.match(None, probe, len(probe))
+        assert pos == cut and segments == [("p" * 40, cut, 40)]
+    assert tree.match(None, ids, 25) == ([("p" * 40, 25, 40)], 25)

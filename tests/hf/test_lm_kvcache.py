@@ -233,3 +233,16 @@ def test_zero_budget_stores_nothing():
 def test_budget_validated(bad):
     with pytest.raises(ValueError, match="max_bytes"):
         PrefixKVCache(bad)
+
+
+def test_a_growing_prefix_stays_one_node_with_fused_runs():
+    cache = PrefixKVCache(1 << 20)
+    seq = [1, 2, 3]
+    cache.insert(None, seq, 0, fake_kv(seq, 0))
+    for tok in (4, 5, 6, 7):  # a sampler's particle: one token per step
+        seq = seq + [tok]
+        cache.insert(None, seq, len(seq) - 1, fake_kv(seq, len(seq) - 1))
+    assert cache.stats.entries == 1 and cache.stats.tokens == 7
+    runs = cache.match(None, seq, len(seq))
+    assert len(runs) == 1  # consecutive slots: one run
+    torch.testing.assert_close(assemble(cache, runs), fake_kv(seq, 0))

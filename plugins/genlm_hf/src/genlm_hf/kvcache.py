@@ -72,6 +72,15 @@ def _take(runs: Sequence[Run], m: int) -> tuple[tuple[Run, ...], tuple[Run, ...]
     return tuple(head), tuple(tail)
 
 
+def _join(runs: tuple[Run, ...], more: tuple[Run, ...]) -> tuple[Run, ...]:
+    """Runs of a segment followed by those of its extension (adjacent runs fused)."""
+    if runs and more:
+        start, length = runs[-1]
+        if start + length == more[0][0]:
+            return (*runs[:-1], (start, length + more[0][1]), *more[1:])
+    return runs + more
+
+
 class PrefixKVCache:
     """Per-adapter radix trees of K/V segments in one slot pool under a byte budget.
 
@@ -100,7 +109,7 @@ class PrefixKVCache:
         self._free: list[Run] = []  # freed runs, reused last-in first-out
         self._used = 0  # slots held by nodes
         self._tree: PrefixTree[tuple[Run, ...]] = PrefixTree(
-            split=_take, release=self._free_runs
+            split=_take, release=self._free_runs, merge=_join
         )  # a node's payload: the runs of slots holding its positions
 
     @property
