@@ -143,6 +143,16 @@ class RowPool:
             rows.append(torch.from_numpy(self._lease(slot)))
         return rows
 
+    def empty_rows(self, n: int) -> list[torch.Tensor]:
+        """``n`` pooled rows with unspecified contents, to fill in place (``out=``).
+
+        Raises:
+            ValueError: ``n`` is not an integer >= 0.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"empty_rows needs a row count >= 0, got {n!r}")
+        return [torch.from_numpy(self._lease(self._take())) for _ in range(n)]
+
     def owns(self, row: torch.Tensor) -> bool:
         """Whether ``row`` is exactly one row this pool handed out (not a part of one)."""
         return row.data_ptr() in self._addresses and row.numel() == self.width

@@ -63,6 +63,21 @@ def test_memory_still_readable_is_never_reused():
     assert pool.stats().live_rows == 0
 
 
+def test_empty_rows_are_filled_in_place_and_recycled():
+    pool = RowPool(16, max_free_bytes=1 << 20)
+    rows = pool.empty_rows(3)
+    for i, row in enumerate(rows):
+        assert row.shape == (16,) and row.dtype == torch.float32 and pool.owns(row)
+        torch.log_softmax(torch.arange(16.0) * i, -1, out=row)
+    torch.testing.assert_close(rows[2], torch.log_softmax(torch.arange(16.0) * 2, -1))
+    del rows, row
+    gc.collect()
+    assert pool.empty_rows(0) == [] and len(pool.empty_rows(3)) == 3
+    assert pool.stats().reused == 3
+    with pytest.raises(ValueError, match="row count >= 0"):
+        pool.empty_rows(-1)
+
+
 def test_owns_only_whole_rows_it_handed_out():
     pool = RowPool(16, max_free_bytes=1 << 20)
     row = pool.copy_rows(batch(1))[0]

@@ -10,6 +10,7 @@ import torch
 
 pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
 
+from genlm_core.row_pool import RowPool  # noqa: E402
 from genlm_hf._forward import Workspace, _logits_into, log_softmax_rows  # noqa: E402
 from genlm_hf._threads import (  # noqa: E402
     SMALL_MODEL_PARAMETERS,
@@ -152,8 +153,12 @@ def test_work_shared_with_a_helper_thread_computes_the_same(bias, helper_late):
             got = model(x)
         logits = torch.randn(MIN_SPLIT_ROWS * 2 + 3, 300)  # a short last block of rows
         rows = log_softmax_rows(logits, Workspace(keep_bytes=1 << 20), helper)
+        pool = RowPool(300, max_free_bytes=1 << 20)
+        pooled = log_softmax_rows(logits, Workspace(keep_bytes=1 << 20), helper, pool)
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(torch.stack(rows), torch.log_softmax(logits, -1))
+    torch.testing.assert_close(torch.stack(pooled), torch.log_softmax(logits, -1))
+    assert all(pool.owns(row) for row in pooled)
 
 
 def test_small_cpu_models_get_a_helper_thread(hf_models):

@@ -527,23 +527,32 @@ def log_softmax_rows(
 ) -> list[torch.Tensor]:
     """Row-wise float32 log-softmax of ``(B, vocab)`` logits, as ``B`` CPU tensors.
 
-    One batched kernel (into ``workspace``'s buffer when given: no fresh pages per
-    batch; its row blocks shared with ``helper`` as in :func:`_logits_into`), one
-    device-to-host transfer, then one copy per row so that every result owns its
-    storage: the byte-bounded output cache then holds what it counts, and a caller
-    keeping one row does not keep the whole batch alive.
+    Every result owns its storage: the byte-bounded output cache then holds what it
+    counts, and a caller keeping one row does not keep the whole batch alive.
 
-    The copies go through numpy on purpose: a single-threaded memcpy each. A torch
-    ``clone`` of a vocabulary-sized row is an OpenMP parallel region, and while another
-    thread (the caller's event loop) also runs torch, libgomp stops its helpers from
-    spinning between regions, so every region pays a thread wake-up (measured: 64
-    per-row ``log_softmax`` calls 3.4 ms in the worker thread, 1.8 ms alone).
-    With a ``pool`` the rows are its recycled memory (no first-touch page faults).
+    * CPU logits and a ``pool``: each row's log-softmax is written straight into a
+      recycled row of the pool (no copy, no first-touch page faults), in blocks of
+      rows shared with ``helper`` (see :func:`_share_work`).
+    * Otherwise: one batched kernel (into ``workspace``'s buffer when given), one
+      device-to-host transfer, then one numpy copy per row (a single-threaded memcpy:
+      a torch ``clone`` of a vocabulary-sized row is an OpenMP region, and while the
+      caller's thread also runs torch, libgomp makes each region pay a thread
+      wake-up).
     """
+    n = logits.shape[0]
+    step = n if n < MIN_SPLIT_ROWS else LOG_SOFTMAX_CHUNK_ROWS
+    if pool is not None and logits.device.type == "cpu" and logits.shape[1] == pool.width:
+        rows = pool.empty_rows(n)
+        _share_work(
+            helper,
+            [
+                functools.partial(_log_softmax_each, logits[i : i + step], rows[i : i + step])
+                for i in range(0, n, step)
+            ],
+        )
+        return rows
     if workspace is not None:
         lp = workspace.get(tuple(logits.shape), torch.float32, logits.device)
-        n = logits.shape[0]
-        step = n if n < MIN_SPLIT_ROWS else LOG_SOFTMAX_CHUNK_ROWS
         _share_work(
             helper,
             [
@@ -562,3 +571,9 @@ def log_softmax_rows(
 @torch.no_grad()
 def _log_softmax_into(logits: torch.Tensor, out: torch.Tensor) -> None:
     torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=out)
+
+
+@torch.no_grad()
+def _log_softmax_each(logits: torch.Tensor, rows: Sequence[torch.Tensor]) -> None:
+    for row_logits, out in zip(logits, rows, strict=True):
+        torch.log_softmax(row_logits, dim=-1, dtype=torch.float32, out=out)
