@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 
-from genlm_core.batching import AutoBatcher
+from genlm_core.batching import AutoBatcher, WorkerThread
 from genlm_core.cache import OutputCache
 from genlm_core.errors import (
     BackendContractError,
@@ -392,6 +392,9 @@ class BatchedAsyncLM(AsyncLMBase):
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AutoBatcher] = (
             weakref.WeakKeyDictionary()
         )
+        # One worker thread for the batchers of every event loop (one per asyncio.run):
+        # what init_worker_thread and the libraries set up in it is kept between runs.
+        self._worker_thread: WorkerThread | None = None
         #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
         #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
         #: pages instead of fresh ones (see :mod:`genlm_core.row_pool`).
@@ -443,12 +446,17 @@ class BatchedAsyncLM(AsyncLMBase):
         loop = asyncio.get_running_loop()
         batcher = self._batchers.get(loop)
         if batcher is None or batcher.closed:
+            worker = self._worker_thread
+            if worker is None or worker.closed:
+                worker = self._worker_thread = WorkerThread(
+                    f"{type(self).__name__}.worker", self.init_worker_thread
+                )
             batcher = AutoBatcher(
                 self._batch_fn,
                 max_batch_size=self.batch_size,
                 max_wait=self.max_wait,
                 name=f"{type(self).__name__}.batcher",
-                thread_initializer=self.init_worker_thread,
+                worker_thread=worker,
             )
             self._batchers[loop] = batcher
         return batcher
@@ -564,6 +572,8 @@ class BatchedAsyncLM(AsyncLMBase):
         for batcher in list(self._batchers.values()):
             batcher.close()
         self._batchers.clear()
+        if self._worker_thread is not None:
+            self._worker_thread.shutdown()  # after the batches already handed to it
         self.row_pool.close()
         super()._release()
 

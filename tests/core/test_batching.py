@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from genlm_core.batching import AutoBatcher, BatcherStats
+from genlm_core.batching import AutoBatcher, BatcherStats, WorkerThread
 from genlm_core.errors import (
     BatcherClosedError,
     BatcherLoopError,
@@ -696,3 +696,48 @@ async def test_failing_thread_initializer_fails_each_batch_with_the_reason(rec: 
 def test_thread_initializer_must_be_callable() -> None:
     with pytest.raises(ValueError, match="thread_initializer must be callable"):
         AutoBatcher(lambda keys: keys, thread_initializer=42)  # type: ignore[arg-type]
+
+
+# -- a worker thread shared between batchers ----------------------------------------------
+
+
+def test_a_shared_worker_thread_serves_batchers_of_successive_loops(rec: Recorder) -> None:
+    inits: list[threading.Thread] = []
+    worker = WorkerThread("shared", lambda: inits.append(threading.current_thread()))
+    for key in (1, 2, 3):  # one asyncio.run after another, a batcher each
+
+        async def run(key: int = key) -> Any:
+            b = AutoBatcher(rec, worker_thread=worker)
+            out = await within(b.submit(key))
+            await b.aclose()  # closing a batcher leaves the shared thread running
+            return out
+
+        assert asyncio.run(run()) == ("r", key)
+    assert len(set(rec.threads)) == 1 and inits == [rec.threads[0]]
+    assert worker.thread.is_alive() and not worker.closed
+    worker.shutdown()
+    worker.shutdown()  # idempotent
+    worker.thread.join(GUARD)
+    assert not worker.thread.is_alive()
+
+
+async def test_a_shut_down_worker_thread_fails_batches_instead_of_hanging(rec: Recorder) -> None:
+    worker = WorkerThread("gone")
+    worker.shutdown()
+    b = AutoBatcher(rec, worker_thread=worker)
+    with pytest.raises(BatcherClosedError, match="worker thread 'gone' was shut down"):
+        await within(b.submit(1))
+    assert rec.batches == []
+    await b.aclose()
+
+
+def test_one_place_to_run_batches() -> None:
+    worker = WorkerThread("w")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with pytest.raises(ValueError, match="at most one of .*executor and worker_thread"):
+            AutoBatcher(lambda keys: keys, executor=pool, worker_thread=worker)
+    with pytest.raises(ValueError, match="worker_thread and thread_initializer"):
+        AutoBatcher(lambda keys: keys, worker_thread=worker, thread_initializer=print)
+    with pytest.raises(ValueError, match="worker_thread must be a WorkerThread"):
+        AutoBatcher(lambda keys: keys, worker_thread=object())  # type: ignore[arg-type]
+    worker.shutdown()

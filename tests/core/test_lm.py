@@ -233,8 +233,19 @@ async def test_init_worker_thread_runs_in_the_batcher_thread_only(tokenizer):
     lm.cleanup()
 
 
+def test_one_worker_thread_serves_successive_event_loops(tokenizer):
+    lm = ThreadAware(tokenizer)
+    for ids in ([1], [2], [3]):  # a sampler run per asyncio.run, as in genlm-backend's README
+        asyncio.run(lm.next_token_logprobs(ids))
+    assert len(lm.inits) == 1 and set(lm.computes) == {lm.inits[0]}
+    worker = lm.inits[0]
+    lm.cleanup()
+    worker.join(GUARD_SECONDS)
+    assert not worker.is_alive()
+
+
 def test_a_dropped_model_is_freed_with_its_worker_thread(tokenizer):
-    """The worker thread stops with its event loop and keeps nothing alive: no cleanup() needed."""
+    """The worker thread keeps nothing alive and stops with the model: no cleanup() needed."""
     lm = ThreadAware(tokenizer)
     asyncio.run(lm.next_token_logprobs([1]))
     worker = lm.inits[0]
