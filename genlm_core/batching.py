@@ -39,6 +39,7 @@ from genlm_core.errors import (
     BatchSizeMismatchError,
     WorkerInitError,
 )
+from genlm_core.validation import is_int_at_least
 
 __all__ = ["AutoBatcher", "BatcherStats", "WorkerThread"]
 
@@ -120,9 +121,7 @@ class AutoBatcher(Generic[K, R]):
     ) -> None:
         if not callable(batch_fn):
             raise ValueError(f"batch_fn must be callable, got {batch_fn!r}")
-        if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int):
-            raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
-        if max_batch_size < 1:
+        if not is_int_at_least(max_batch_size, 1):
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
         if (
             isinstance(max_wait, bool)

@@ -17,6 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from genlm_core.validation import is_int_at_least
+
 __all__ = ["OutputCache", "nbytes_of"]
 
 _MISSING = object()
@@ -35,7 +37,7 @@ def nbytes_of(value: Any) -> int:
 
 
 def _check_limit(name: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+    if value is not None and not is_int_at_least(value, 0):
         raise ValueError(f"{name} must be None or an integer >= 0, got {value!r}")
 
 
@@ -112,8 +114,8 @@ class OutputCache:
                 return default
             self._data.move_to_end(key)
             self.hits += 1
-            device = self._devices.get(key) if self._devices else None
-        return value if device is None else value.to(device)
+            device = self._devices.get(key)
+        return _restore(value, device)
 
     def __getitem__(self, key: Hashable) -> Any:
         value = self.get(key, _MISSING)
@@ -152,7 +154,7 @@ class OutputCache:
             value = self._remove(key, _MISSING)
         if value is _MISSING:
             return default
-        return value if device is None else value.to(device)
+        return _restore(value, device)
 
     def remove_if(self, predicate: Callable[[Hashable], bool]) -> int:
         """Remove every entry whose key satisfies ``predicate``; return how many.
@@ -221,3 +223,8 @@ class OutputCache:
         ):
             evicted.append(self._remove(next(iter(data))))
         return evicted
+
+
+def _restore(value: Any, device: Any) -> Any:
+    """A stored value, moved back to its original device (``move_to_cpu``) if it had one."""
+    return value if device is None else value.to(device)

@@ -37,6 +37,7 @@ from genlm_core.errors import (
 )
 from genlm_core.row_pool import RowPool
 from genlm_core.tokenization import Token, decode_vocab
+from genlm_core.validation import is_int_at_least
 
 __all__ = ["AsyncLM", "AsyncLMBase", "BatchedAsyncLM", "Request", "sampling_args"]
 
@@ -412,11 +413,12 @@ class BatchedAsyncLM(AsyncLMBase):
         """
 
     def init_worker_thread(self) -> None:
-        """Called once in each batcher worker thread before its first batch.
+        """Called once in the model's worker thread before its first batch.
 
         Override to set thread-local state for :meth:`compute_batch` (genlm-hf sets
-        the thread's torch threads here). It runs only in threads the batcher owns,
-        never in a caller's thread. Default: nothing.
+        the thread's torch threads here). It runs only in that thread, which the model
+        keeps for every event loop it is used from, never in a caller's thread.
+        Default: nothing.
         """
 
     def _batch_fn(self, requests: list[Request]) -> list[torch.Tensor]:
@@ -537,10 +539,12 @@ class BatchedAsyncLM(AsyncLMBase):
     def output_cache_info(self) -> dict[str, int]:
         """Entries and bytes of the output cache (zeros when off), and free row bytes kept."""
         cache = self.cache
-        free = self.row_pool.stats().free_bytes
-        if cache is None:
-            return {"entries": 0, "bytes": 0, "free_row_bytes": free}
-        return {"entries": len(cache), "bytes": cache.nbytes, "free_row_bytes": free}
+        entries, nbytes = (len(cache), cache.nbytes) if cache is not None else (0, 0)
+        return {
+            "entries": entries,
+            "bytes": nbytes,
+            "free_row_bytes": self.row_pool.stats().free_bytes,
+        }
 
     def _free_row_bytes(self) -> int:
         """How many bytes of free rows :attr:`row_pool` may keep.
@@ -598,7 +602,7 @@ def sampling_args(
     Raises:
         ValueError: Naming the bad value and the fix.
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+    if not is_int_at_least(max_tokens, 0):
         raise ValueError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
     if not isinstance(temperature, numbers.Real) or not temperature > 0:
         raise ValueError(

@@ -80,8 +80,9 @@ class PrefixNode(Generic[P]):
         self.children: Mapping[int, PrefixNode[P]] = _NO_CHILDREN
 
 
-def _common_length(seg: tuple[int, ...], token_ids: Sequence[int], pos: int, n: int) -> int:
-    """How many of ``seg[:n]`` equal ``token_ids[pos:]`` (the first is known to)."""
+def _common_length(seg: tuple[int, ...], token_ids: Sequence[int], pos: int, stop: int) -> int:
+    """How many leading tokens of ``seg`` equal ``token_ids[pos:stop]`` (the first does)."""
+    n = min(len(seg), stop - pos)
     if tuple(token_ids[pos : pos + n]) == seg[:n]:  # the usual case, compared in C
         return n
     m = 1  # the first token matched: it is the dict key
@@ -175,8 +176,7 @@ class PrefixTree(Generic[P]):
             if child is None:
                 break
             seg = child.tokens
-            n = min(len(seg), limit - pos)
-            m = _common_length(seg, token_ids, pos, n)
+            m = _common_length(seg, token_ids, pos, limit)
             assert child.payload is not None
             found.append((child.payload, m, len(seg)))
             path.append(child)
@@ -217,8 +217,7 @@ class PrefixTree(Generic[P]):
             if child is None:
                 break
             seg = child.tokens
-            n = min(len(seg), end - pos)
-            m = _common_length(seg, token_ids, pos, n)
+            m = _common_length(seg, token_ids, pos, end)
             if m < len(seg):
                 if pos + m == end:  # the request ends inside this segment: all present
                     path.append(child)

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from genlm_core.validation import is_int_at_least
+
 __all__ = ["RowPool", "RowPoolStats"]
 
 
@@ -77,13 +79,9 @@ class RowPool:
         max_free_bytes: int | Callable[[], int],
         dtype: Any = np.float32,
     ) -> None:
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        if not is_int_at_least(width, 1):
             raise ValueError(f"width must be an integer >= 1, got {width!r}")
-        if not callable(max_free_bytes) and (
-            isinstance(max_free_bytes, bool)
-            or not isinstance(max_free_bytes, int)
-            or max_free_bytes < 0
-        ):
+        if not callable(max_free_bytes) and not is_int_at_least(max_free_bytes, 0):
             raise ValueError(
                 f"max_free_bytes must be an integer >= 0 or a function returning one, "
                 f"got {max_free_bytes!r}"
@@ -95,10 +93,9 @@ class RowPool:
         self.row_bytes = width * self.dtype.itemsize
         self._max_free_bytes = max_free_bytes
         self._free: list[np.ndarray] = []
-        # id(lease) -> lease: a lease must outlive its row for the callback to run.
+        # Data address of each live row's slot -> its lease (a lease must outlive its
+        # row for the callback to run; the address also answers :meth:`owns`).
         self._live: dict[int, _Lease] = {}
-        # Data addresses of the live rows (plain ints: nothing for the GC to scan).
-        self._addresses: set[int] = set()
         self._callback = self._give_back  # one bound method for every lease
         # The callback runs in whichever thread drops a row's last user, possibly in
         # the middle of this pool's own code (a garbage collection): it takes no lock
@@ -136,11 +133,9 @@ class RowPool:
                 f"copy_rows needs rows of dtype {self.dtype}, got {batch.dtype}; convert "
                 f"the batch first (e.g. .astype({str(self.dtype)!r}))"
             )
-        rows = []
-        for values in batch:
-            slot = self._take()
-            np.copyto(slot, values)
-            rows.append(torch.from_numpy(self._lease(slot)))
+        rows = self.empty_rows(len(batch))
+        for row, values in zip(rows, batch, strict=True):
+            np.copyto(row.numpy(), values)
         return rows
 
     def empty_rows(self, n: int) -> list[torch.Tensor]:
@@ -149,13 +144,13 @@ class RowPool:
         Raises:
             ValueError: ``n`` is not an integer >= 0.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        if not is_int_at_least(n, 0):
             raise ValueError(f"empty_rows needs a row count >= 0, got {n!r}")
         return [torch.from_numpy(self._lease(self._take())) for _ in range(n)]
 
     def owns(self, row: torch.Tensor) -> bool:
         """Whether ``row`` is exactly one row this pool handed out (not a part of one)."""
-        return row.data_ptr() in self._addresses and row.numel() == self.width
+        return row.data_ptr() in self._live and row.numel() == self.width
 
     def stats(self) -> RowPoolStats:
         """Counters and sizes right now."""
@@ -175,7 +170,7 @@ class RowPool:
     def close(self) -> None:
         """Release free slots and keep none from now on (rows still live stay valid)."""
         self._closed = True
-        self._free.clear()
+        self.release()
 
     def __repr__(self) -> str:
         s = self.stats()
@@ -200,19 +195,19 @@ class RowPool:
         view = slot.view()  # dies with the last storage that uses it
         lease = _Lease(view, self._callback)
         lease.slot = slot
-        self._live[id(lease)] = lease
-        self._addresses.add(slot.ctypes.data)
+        lease.address = slot.ctypes.data
+        self._live[lease.address] = lease
         return view
 
     def _give_back(self, lease: _Lease) -> None:
+        del self._live[lease.address]
+        if self._closed:
+            return
         limit = self._max_free_bytes
         if callable(limit):
             limit = limit()
-        del self._live[id(lease)]
-        slot = lease.slot
-        self._addresses.discard(slot.ctypes.data)
-        if not self._closed and (len(self._free) + 1) * self.row_bytes <= limit:
-            self._free.append(slot)
+        if (len(self._free) + 1) * self.row_bytes <= limit:
+            self._free.append(lease.slot)
 
 
 class _Lease(weakref.ref):
@@ -222,4 +217,4 @@ class _Lease(weakref.ref):
     cached row adds to what Python's cyclic garbage collector scans.
     """
 
-    __slots__ = ("slot",)
+    __slots__ = ("address", "slot")

@@ -446,7 +446,7 @@ def run_group(
         pool: The prefix cache's slot pool the rows' segments point into.
         logits_workspace: Where a plain linear output head writes its logits (see
             :func:`_logits_into`); they are then only valid until the next call.
-        helper: A one-thread executor that computes half of the output projection.
+        helper: A one-thread executor that shares the output projection's blocks.
 
     Returns:
         ``(logits, buffer, P)``: last-position logits of shape ``(B, vocab)``; the K/V
@@ -539,33 +539,31 @@ def log_softmax_rows(
       caller's thread also runs torch, libgomp makes each region pay a thread
       wake-up).
     """
-    n = logits.shape[0]
-    step = n if n < MIN_SPLIT_ROWS else LOG_SOFTMAX_CHUNK_ROWS
     if pool is not None and logits.device.type == "cpu" and logits.shape[1] == pool.width:
-        rows = pool.empty_rows(n)
-        _share_work(
-            helper,
-            [
-                functools.partial(_log_softmax_each, logits[i : i + step], rows[i : i + step])
-                for i in range(0, n, step)
-            ],
-        )
+        rows = pool.empty_rows(logits.shape[0])
+        _by_row_blocks(helper, _log_softmax_each, logits, rows)
         return rows
     if workspace is not None:
         lp = workspace.get(tuple(logits.shape), torch.float32, logits.device)
-        _share_work(
-            helper,
-            [
-                functools.partial(_log_softmax_into, logits[i : i + step], lp[i : i + step])
-                for i in range(0, n, step)
-            ],
-        )
+        _by_row_blocks(helper, _log_softmax_into, logits, lp)
     else:
         lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
     lp = lp.cpu().numpy()
     if pool is not None:
         return pool.copy_rows(lp)
     return [torch.from_numpy(row.copy()) for row in lp]
+
+
+def _by_row_blocks(
+    helper: concurrent.futures.Executor | None, fn: Any, logits: torch.Tensor, out: Any
+) -> None:
+    """``fn(logits block, out block)`` over blocks of rows, shared with ``helper``."""
+    n = logits.shape[0]
+    step = n if n < MIN_SPLIT_ROWS else LOG_SOFTMAX_CHUNK_ROWS
+    tasks = [
+        functools.partial(fn, logits[i : i + step], out[i : i + step]) for i in range(0, n, step)
+    ]
+    _share_work(helper, tasks)
 
 
 @torch.no_grad()

@@ -26,6 +26,7 @@ from collections.abc import Hashable, Sequence
 import torch
 
 from genlm_core.prefix_tree import PrefixCacheStats, PrefixTree
+from genlm_core.validation import is_int_at_least
 
 __all__ = ["BATCHED_COPY_BYTES", "KVCacheStats", "PrefixKVCache", "Run"]
 
@@ -98,7 +99,7 @@ class PrefixKVCache:
     """
 
     def __init__(self, max_bytes: int, grow: bool | None = None) -> None:
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        if not is_int_at_least(max_bytes, 0):
             raise ValueError(f"max_bytes must be an integer >= 0, got {max_bytes!r}")
         self._max_bytes = max_bytes
         self._grow = grow
@@ -175,12 +176,7 @@ class PrefixKVCache:
             kv: Tensor of shape ``(2 * layers, heads, len(token_ids) - start, head_dim)``
                 (may be a view of a larger batch tensor).
         """
-        if self._max_bytes == 0:
-            return
-        if self._pool is None:
-            self._allocate_pool(kv)
-        for slot, n, offset in self._place(adapter, token_ids, start):
-            self._pool[:, :, slot : slot + n].copy_(kv[:, :, offset : offset + n])  # type: ignore[index]
+        self.insert_many(adapter, [(token_ids, start)], kv.unsqueeze(1))
 
     def insert_many(
         self,

@@ -34,6 +34,7 @@ from genlm_core.errors import ModelClosedError
 from genlm_core.heap import HeapTrimmer
 from genlm_core.lm import BatchedAsyncLM, Request
 from genlm_core.prefix_batching import plan_groups, shared_prefixes
+from genlm_core.validation import is_int_at_least
 from genlm_hf._forward import (
     KVLayout,
     Row,
@@ -125,13 +126,9 @@ class AsyncTransformer(BatchedAsyncLM):
             ("kv_cache_bytes", kv_cache_bytes),
             ("max_batch_kv_bytes", max_batch_kv_bytes),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not is_int_at_least(value, 0):
                 raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
-        if worker_threads is not None and (
-            isinstance(worker_threads, bool)
-            or not isinstance(worker_threads, int)
-            or worker_threads < 1
-        ):
+        if worker_threads is not None and not is_int_at_least(worker_threads, 1):
             raise ValueError(
                 f"worker_threads must be an integer >= 1, or None for automatic, "
                 f"got {worker_threads!r}"
@@ -237,7 +234,7 @@ class AsyncTransformer(BatchedAsyncLM):
     # -- the batch computation ----------------------------------------------------------
 
     def init_worker_thread(self) -> None:
-        """Give the batcher's worker thread :attr:`worker_threads` torch threads."""
+        """Give the model's worker thread :attr:`worker_threads` torch threads."""
         if self.worker_threads is not None:
             set_thread_torch_threads(self.worker_threads)
 

@@ -28,6 +28,7 @@ from collections.abc import Hashable, Sequence
 import mlx.core as mx
 
 from genlm_core.prefix_tree import PrefixCacheStats, PrefixTree
+from genlm_core.validation import is_int_at_least
 
 __all__ = ["KVCacheStats", "PrefixKVCache"]
 
@@ -47,7 +48,7 @@ class PrefixKVCache:
     """
 
     def __init__(self, max_bytes: int) -> None:
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        if not is_int_at_least(max_bytes, 0):
             raise ValueError(f"max_bytes must be an integer >= 0, got {max_bytes!r}")
         self._max_bytes = max_bytes
         self._tree: PrefixTree[mx.array] = PrefixTree(split=_split_array, release=self._forget)

@@ -35,6 +35,7 @@ import torch  # noqa: E402
 from genlm_core.errors import ModelClosedError  # noqa: E402
 from genlm_core.lm import BatchedAsyncLM, Request  # noqa: E402
 from genlm_core.prefix_batching import plan_groups, shared_prefixes  # noqa: E402
+from genlm_core.validation import is_int_at_least  # noqa: E402
 from genlm_mlx._forward import (  # noqa: E402
     Row,
     run_group,
@@ -101,7 +102,7 @@ class AsyncMlxLM(BatchedAsyncLM):
             ("kv_cache_bytes", kv_cache_bytes),
             ("max_batch_kv_bytes", max_batch_kv_bytes),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not is_int_at_least(value, 0):
                 raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
         if type(tokenizer).__name__ == "TokenizerWrapper":  # mlx_lm.load's wrapper
             tokenizer = tokenizer._tokenizer

@@ -1,0 +1,16 @@
+"""Argument checks shared by the core and the backends (their messages stay theirs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["is_int_at_least"]
+
+
+def is_int_at_least(value: Any, minimum: int) -> bool:
+    """True for a Python ``int`` (not a ``bool``) that is ``>= minimum``.
+
+    ``bool`` is an ``int`` subclass, so ``True`` would otherwise pass as a count or a
+    byte budget of 1.
+    """
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
