@@ -633,11 +633,23 @@ def _serve(
             outcome: tuple[Any, BaseException | None] = (fn(arg), None)
         except BaseException as exc:  # delivered to the callers, as an Executor would
             outcome = (None, exc)
+        # Hand the results over in a box the loop empties: once the callers have them,
+        # this thread must hold nothing of theirs (rows recycled when dropped, a model's
+        # memory), even before it gets the CPU back to clear its own variables.
+        delivery = [outcome]
+        outcome = None
         try:
-            loop.call_soon_threadsafe(on_done, *outcome)
+            loop.call_soon_threadsafe(_deliver, on_done, delivery)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
-        fn = arg = loop = on_done = outcome = None  # don't keep the last batch alive
+        fn = arg = loop = on_done = delivery = None
+
+
+def _deliver(
+    on_done: Callable[[Any, BaseException | None], None],
+    delivery: list[tuple[Any, BaseException | None]],
+) -> None:
+    on_done(*delivery.pop())
 
 
 def _post_job(
