@@ -40,6 +40,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 from genlm_core.row_pool import RowPool
+from genlm_hf._linear import onednn_linear, onednn_linears
 from genlm_hf.kvcache import BATCHED_COPY_BYTES, Run
 
 __all__ = [
@@ -343,12 +344,21 @@ def _linear_columns(
     bias: torch.Tensor | None,
     start: int,
     stop: int,
+    onednn: bool,
 ) -> None:
-    """``out[:, start:stop] = hidden @ weight[start:stop].T (+ bias)``, in place."""
+    """``out[:, start:stop] = hidden @ weight[start:stop].T (+ bias)``.
+
+    With ``onednn``, the block is computed by oneDNN (see :mod:`genlm_hf._linear`)
+    into a small fresh tensor, still in cache when it is copied into ``out``.
+    """
     block = out[:, start:stop]
+    part_bias = None if bias is None else bias[start:stop]
+    if onednn:
+        block.copy_(onednn_linear(hidden, weight[start:stop], part_bias))
+        return
     torch.mm(hidden, weight[start:stop].t(), out=block)
-    if bias is not None:
-        block.add_(bias[start:stop])
+    if part_bias is not None:
+        block.add_(part_bias)
 
 
 def _project_into(
@@ -357,12 +367,13 @@ def _project_into(
     out: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
+    onednn: bool = False,
 ) -> None:
     """``out = hidden @ weight.T (+ bias)``, by blocks of vocabulary columns.
 
     Blocks whose output fits in L2 are faster than one call even in one thread
-    (64 x 50k tiny-GPT-2 logits: 5.7 ms against 8.2), and they are the tasks shared
-    with ``helper``.
+    (64 x 50k tiny-GPT-2 logits with torch's BLAS: 5.7 ms against 8.2), and they are
+    the tasks shared with ``helper``.
     """
     rows = hidden.reshape(-1, hidden.shape[-1])
     flat = out.view(-1, out.shape[-1])
@@ -371,7 +382,9 @@ def _project_into(
     _share_work(
         helper,
         [
-            functools.partial(_linear_columns, rows, flat, weight, bias, start, start + width)
+            functools.partial(
+                _linear_columns, rows, flat, weight, bias, start, start + width, onednn
+            )
             for start in range(0, vocab, width)
         ],
     )
@@ -379,7 +392,10 @@ def _project_into(
 
 @contextlib.contextmanager
 def _logits_into(
-    model: Any, workspace: Workspace | None, helper: concurrent.futures.Executor | None = None
+    model: Any,
+    workspace: Workspace | None,
+    helper: concurrent.futures.Executor | None = None,
+    onednn: bool = False,
 ) -> Iterator[None]:
     """During a forward, make a plain linear output head write into ``workspace``.
 
@@ -395,7 +411,8 @@ def _logits_into(
 
     With a ``helper`` (a one-thread executor whose thread runs torch single-threaded),
     the projection's column blocks are shared between it and the calling thread: two
-    cores without a second OpenMP team (see :mod:`genlm_hf._threads`).
+    cores without a second OpenMP team (see :mod:`genlm_hf._threads`). With
+    ``onednn``, the blocks are computed by oneDNN (see :mod:`genlm_hf._linear`).
     """
     head = model.get_output_embeddings() if workspace is not None else None
     if (
@@ -412,7 +429,7 @@ def _logits_into(
 
     def project(hidden: torch.Tensor) -> torch.Tensor:
         out = workspace.get((*hidden.shape[:-1], weight.shape[0]), weight.dtype, weight.device)
-        _project_into(helper, hidden, out, weight, bias)
+        _project_into(helper, hidden, out, weight, bias, onednn)
         return out
 
     head.forward = project
@@ -420,6 +437,15 @@ def _logits_into(
         yield
     finally:
         del head.forward
+
+
+def _linears(model: Any, onednn: bool) -> contextlib.AbstractContextManager[Any]:
+    """The model's linear layers through oneDNN during the block, if ``onednn``.
+
+    Entered after :func:`_logits_into`, which has then replaced the head's forward
+    already, so the head is left to it.
+    """
+    return onednn_linears(model) if onednn else contextlib.nullcontext()
 
 
 @torch.no_grad()
@@ -433,6 +459,7 @@ def run_group(
     pool: torch.Tensor | None = None,
     logits_workspace: Workspace | None = None,
     helper: concurrent.futures.Executor | None = None,
+    onednn: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
     """Run one forward for ``rows``.
 
@@ -447,6 +474,8 @@ def run_group(
         logits_workspace: Where a plain linear output head writes its logits (see
             :func:`_logits_into`); they are then only valid until the next call.
         helper: A one-thread executor that shares the output projection's blocks.
+        onednn: Run the model's float32 linear layers through oneDNN (see
+            :mod:`genlm_hf._linear`).
 
     Returns:
         ``(logits, buffer, P)``: last-position logits of shape ``(B, vocab)``; the K/V
@@ -488,7 +517,7 @@ def run_group(
         else:
             buffer = torch.empty(shape, dtype=layout.dtype, device=device)
         _gather_pasts(buffer, rows, width_past, pool)
-        with _logits_into(model, logits_workspace, helper):
+        with _logits_into(model, logits_workspace, helper, onednn), _linears(model, onednn):
             out = model(
                 input_ids.to(device),
                 attention_mask=attention_mask.to(device),
@@ -498,13 +527,14 @@ def run_group(
                 **kwargs,
             )
     else:
-        out = model(
-            input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            position_ids=position_ids.to(device),
-            use_cache=False,
-            **kwargs,
-        )
+        with _linears(model, onednn):
+            out = model(
+                input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                position_ids=position_ids.to(device),
+                use_cache=False,
+                **kwargs,
+            )
     logits = out.logits
     if logits.shape[1] == 1:
         last = logits[:, 0]

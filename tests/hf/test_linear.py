@@ -1,0 +1,143 @@
+"""Float32 linear layers through oneDNN (genlm_hf._linear): same results, clear choices."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
+
+from genlm_hf._linear import (  # noqa: E402
+    MIN_MULTIPLY_ADDS,
+    onednn_linear,
+    onednn_linears,
+    onednn_unavailable_reason,
+    resolve_linear_kernel,
+)
+
+CPU = torch.device("cpu")
+needs_onednn = pytest.mark.skipif(
+    bool(onednn_unavailable_reason()),
+    reason=f"this torch build cannot run oneDNN linears: {onednn_unavailable_reason()}",
+)
+
+
+def calls_onednn(monkeypatch) -> list[tuple[int, ...]]:
+    """Record the input shape of every oneDNN call."""
+    import genlm_hf._linear as mod
+
+    seen: list[tuple[int, ...]] = []
+    real = mod._op()
+
+    def op(*args):
+        seen.append(tuple(args[0].shape))
+        return real(*args)
+
+    monkeypatch.setattr(mod, "_op", lambda: op)
+    return seen
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(64, 96), (4, 7, 96)])
+def test_onednn_linear_equals_f_linear(bias, shape, monkeypatch):
+    seen = calls_onednn(monkeypatch)
+    gen = torch.Generator().manual_seed(0)
+    layer = torch.nn.Linear(96, 40_000, bias=bias)
+    x = torch.randn(*shape, generator=gen)
+    with torch.no_grad():
+        got = onednn_linear(x, layer.weight, layer.bias)
+        want = F.linear(x, layer.weight, layer.bias)
+    assert seen == [shape]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_strided_input_is_handled(monkeypatch):
+    seen = calls_onednn(monkeypatch)
+    layer = torch.nn.Linear(96, 20_000)
+    x = torch.randn(32, 192)[:, ::2]  # every other column
+    with torch.no_grad():
+        got = onednn_linear(x, layer.weight, layer.bias)
+        want = F.linear(x, layer.weight, layer.bias)
+    assert seen
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_small_products_and_autograd_stay_on_torch(monkeypatch):
+    seen = calls_onednn(monkeypatch) if not onednn_unavailable_reason() else []
+    small = torch.nn.Linear(64, 192)
+    x = torch.randn(4, 64)
+    assert 4 * 64 * 192 < MIN_MULTIPLY_ADDS
+    with torch.no_grad():
+        assert torch.equal(onednn_linear(x, small.weight, small.bias), small(x))
+    big = torch.nn.Linear(96, 40_000)
+    xb = torch.randn(8, 96)
+    out = onednn_linear(xb, big.weight, big.bias)  # autograd on: oneDNN has no backward
+    out.sum().backward()
+    assert big.weight.grad is not None
+    assert seen == []
+
+
+@needs_onednn
+def test_onednn_linears_patches_plain_layers_for_the_block_only(monkeypatch):
+    seen = calls_onednn(monkeypatch)
+
+    class Custom(torch.nn.Linear):
+        pass
+
+    torch.manual_seed(0)
+    hooked = torch.nn.Linear(1024, 4096)
+    hooked.register_forward_hook(lambda *a: None)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 1024), hooked, Custom(4096, 256), torch.nn.Linear(256, 4096)
+    )
+    x = torch.randn(16, 64)
+    with torch.no_grad():
+        want = model(x)
+        with onednn_linears(model) as patched:
+            assert patched == 2  # the plain ones; hooked and subclassed layers are left alone
+            assert "forward" in vars(model[0]) and "forward" in vars(model[3])
+            got = model(x)
+    assert all("forward" not in vars(m) for m in model)
+    assert seen == [(16, 64), (16, 256)]  # each product >= MIN_MULTIPLY_ADDS
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_onednn_linears_restores_layers_after_an_error():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    with pytest.raises(RuntimeError, match="boom"), onednn_linears(model):
+        raise RuntimeError("boom")
+    assert "forward" not in vars(model[0])
+
+
+def test_resolve_linear_kernel():
+    expected = "torch" if onednn_unavailable_reason() else "onednn"
+    assert resolve_linear_kernel("auto", CPU, torch.float32) == expected
+    assert resolve_linear_kernel("torch", CPU, torch.float32) == "torch"
+    assert resolve_linear_kernel("auto", CPU, torch.bfloat16) == "torch"
+    assert resolve_linear_kernel("auto", torch.device("meta"), torch.float32) == "torch"
+    with pytest.raises(ValueError, match=r"linear_kernel must be one of .* got 'mkl'"):
+        resolve_linear_kernel("mkl", CPU, torch.float32)
+    with pytest.raises(ValueError, match="float32 only; pass 'auto' or 'torch'"):
+        resolve_linear_kernel("onednn", CPU, torch.float16)
+
+
+@pytest.mark.parametrize("kernel", ["torch", "auto"])
+async def test_models_match_uncached_with_either_kernel(hf_models, kernel):
+    lm = hf_models("tiny-llama3").lm(linear_kernel=kernel)
+    expected = "torch" if kernel == "torch" or onednn_unavailable_reason() else "onednn"
+    assert lm.linear_kernel == expected
+    prompts = [[1, 2, 3, 4, 5][:n] + [7] * k for n in range(1, 6) for k in range(0, 40, 7)]
+    import asyncio
+
+    outs = await asyncio.gather(*(lm.next_token_logprobs(p) for p in prompts))
+    for p, out in zip(prompts, outs, strict=True):
+        torch.testing.assert_close(out, lm.next_token_logprobs_uncached(p), rtol=0, atol=1e-4)
+    lm.cleanup()
+
+
+def test_bad_linear_kernel_is_refused(hf_models):
+    with pytest.raises(ValueError, match="linear_kernel must be one of"):
+        hf_models("tiny-gpt2").lm(linear_kernel="fast")
