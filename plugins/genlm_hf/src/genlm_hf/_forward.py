@@ -220,38 +220,44 @@ def _gather_pasts(
     layers2, batch, heads, _, dim = buffer.shape
     if batch * width_past * layers2 * heads * dim * buffer.element_size() <= BATCHED_COPY_BYTES:
         slots: list[int] = []
+        padding: list[int] = []
         for row in rows:
-            slots.extend([0] * (width_past - row.past_len))  # padding: zeroed below
+            pad = width_past - row.past_len
+            if pad:
+                padding.extend(range(len(slots), len(slots) + pad))
+                slots.extend([0] * pad)  # any slot: zeroed in the gathered copy
             for start, n in row.segments:
                 slots.extend(range(start, start + n))
         index = torch.tensor(slots, dtype=torch.long, device=pool.device)
         gathered = torch.index_select(pool, 2, index)  # (layers2, heads, B * P, dim)
+        if padding:  # one fill, not one per row
+            gathered.index_fill_(2, torch.tensor(padding, device=pool.device), 0)
         buffer[:, :, :, :width_past].copy_(
             gathered.view(layers2, heads, batch, width_past, dim).transpose(1, 2)
         )
-    else:
-        scratch: torch.Tensor | None = None
-        for i, row in enumerate(rows):
-            if not row.segments:
-                continue
-            dest = buffer[:, i, :, width_past - row.past_len : width_past]
-            if len(row.segments) == 1:
-                start, n = row.segments[0]
-                dest.copy_(pool[:, :, start : start + n])
-                continue
-            if scratch is None:  # flat, so that every row's view of it is contiguous
-                scratch = torch.empty(
-                    layers2 * heads * width_past * dim, dtype=pool.dtype, device=pool.device
-                )
-            out = scratch[: layers2 * heads * row.past_len * dim].view(
-                layers2, heads, row.past_len, dim
+        return
+    scratch: torch.Tensor | None = None
+    for i, row in enumerate(rows):
+        if not row.segments:
+            continue
+        dest = buffer[:, i, :, width_past - row.past_len : width_past]
+        if len(row.segments) == 1:
+            start, n = row.segments[0]
+            dest.copy_(pool[:, :, start : start + n])
+            continue
+        if scratch is None:  # flat, so that every row's view of it is contiguous
+            scratch = torch.empty(
+                layers2 * heads * width_past * dim, dtype=pool.dtype, device=pool.device
             )
-            index = torch.tensor(
-                [s for start, n in row.segments for s in range(start, start + n)],
-                device=pool.device,
-            )
-            torch.index_select(pool, 2, index, out=out)
-            dest.copy_(out)
+        out = scratch[: layers2 * heads * row.past_len * dim].view(
+            layers2, heads, row.past_len, dim
+        )
+        index = torch.tensor(
+            [s for start, n in row.segments for s in range(start, start + n)],
+            device=pool.device,
+        )
+        torch.index_select(pool, 2, index, out=out)
+        dest.copy_(out)
     for i, row in enumerate(rows):
         offset = width_past - row.past_len
         if offset:
