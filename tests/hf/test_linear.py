@@ -10,6 +10,7 @@ pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
 
 from genlm_hf._linear import (  # noqa: E402
     MIN_MULTIPLY_ADDS,
+    ROW_BUCKETS,
     onednn_linear,
     onednn_linears,
     onednn_unavailable_reason,
@@ -40,17 +41,39 @@ def calls_onednn(monkeypatch) -> list[tuple[int, ...]]:
 
 @needs_onednn
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("shape", [(64, 96), (4, 7, 96)])
-def test_onednn_linear_equals_f_linear(bias, shape, monkeypatch):
+@pytest.mark.parametrize(
+    "shape, calls",
+    [
+        ((64, 96), [(64, 96)]),  # a bucket: as is
+        ((4, 7, 96), [(32, 96)]),  # 28 rows: padded to the next bucket
+        ((150, 96), [(64, 96), (64, 96), (32, 96)]),  # tiles of 64, the last one padded
+    ],
+)
+def test_onednn_linear_equals_f_linear(bias, shape, calls, monkeypatch):
     seen = calls_onednn(monkeypatch)
     gen = torch.Generator().manual_seed(0)
-    layer = torch.nn.Linear(96, 40_000, bias=bias)
+    layer = torch.nn.Linear(96, 20_000, bias=bias)
     x = torch.randn(*shape, generator=gen)
     with torch.no_grad():
         got = onednn_linear(x, layer.weight, layer.bias)
         want = F.linear(x, layer.weight, layer.bias)
-    assert seen == [shape]
+    assert seen == calls
+    assert got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_onednn_sees_only_bucketed_row_counts(monkeypatch):
+    """Each input shape costs torch's oneDNN cache ~0.7 MiB: row counts are bucketed."""
+    seen = calls_onednn(monkeypatch)
+    weight = torch.randn(4096, 64)
+    with torch.no_grad():
+        for rows in range(1, 200):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(
+                onednn_linear(x, weight, None), x @ weight.t(), rtol=1e-4, atol=1e-4
+            )
+    assert {shape[0] for shape in seen} == set(ROW_BUCKETS)
 
 
 @needs_onednn
@@ -68,10 +91,13 @@ def test_strided_input_is_handled(monkeypatch):
 def test_small_products_and_autograd_stay_on_torch(monkeypatch):
     seen = calls_onednn(monkeypatch) if not onednn_unavailable_reason() else []
     small = torch.nn.Linear(64, 192)
-    x = torch.randn(4, 64)
-    assert 4 * 64 * 192 < MIN_MULTIPLY_ADDS
+    x = torch.randn(10, 64)
+    assert 10 * 64 * 192 < MIN_MULTIPLY_ADDS
+    few = torch.randn(ROW_BUCKETS[0] - 1, 4096)  # too few rows, however big the layer
+    wide = torch.nn.Linear(4096, 4096)
     with torch.no_grad():
         assert torch.equal(onednn_linear(x, small.weight, small.bias), small(x))
+        assert torch.equal(onednn_linear(few, wide.weight, wide.bias), wide(few))
     big = torch.nn.Linear(96, 40_000)
     xb = torch.randn(8, 96)
     out = onednn_linear(xb, big.weight, big.bias)  # autograd on: oneDNN has no backward

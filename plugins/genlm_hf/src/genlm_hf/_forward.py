@@ -40,7 +40,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 from genlm_core.row_pool import RowPool
-from genlm_hf._linear import onednn_linear, onednn_linears
+from genlm_hf._linear import ROW_BUCKETS, onednn_linear, onednn_linears
 from genlm_hf.kvcache import BATCHED_COPY_BYTES, Run
 
 __all__ = [
@@ -384,7 +384,10 @@ def _project_into(
     rows = hidden.reshape(-1, hidden.shape[-1])
     flat = out.view(-1, out.shape[-1])
     vocab = weight.shape[0]
-    width = max(1024, PROJECTION_BLOCK_BYTES // (out.element_size() * max(1, rows.shape[0])))
+    if onednn:  # one block width, so that oneDNN sees few shapes (see ROW_BUCKETS)
+        width = PROJECTION_BLOCK_BYTES // (out.element_size() * ROW_BUCKETS[-1])
+    else:
+        width = max(1024, PROJECTION_BLOCK_BYTES // (out.element_size() * max(1, rows.shape[0])))
     _share_work(
         helper,
         [

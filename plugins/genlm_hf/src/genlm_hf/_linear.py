@@ -32,6 +32,7 @@ import torch.nn.functional as F
 __all__ = [
     "LINEAR_KERNELS",
     "MIN_MULTIPLY_ADDS",
+    "ROW_BUCKETS",
     "onednn_linear",
     "onednn_linears",
     "onednn_unavailable_reason",
@@ -44,6 +45,16 @@ LINEAR_KERNELS = ("auto", "onednn", "torch")
 #: Smallest ``rows x in_features x out_features`` sent to oneDNN (measured crossover
 #: on the machine above: 576 -> 576 breaks even at 3 rows).
 MIN_MULTIPLY_ADDS = 1 << 20
+
+
+#: The row counts oneDNN is called with. Why: torch keeps an LRU cache of oneDNN
+#: primitives (ideep's, 1,024 entries unless ``LRU_CACHE_CAPACITY`` was set before
+#: its first use), one per input shape, each holding its generated code: measured
+#: ~0.7 MiB per entry (300 distinct row counts through SmolLM2's layer shapes added
+#: ~550 MiB; its SIS benchmark +45 MiB, still growing). With these buckets a model adds at most
+#: ``len(ROW_BUCKETS)`` entries per weight shape. Padding costs at most 2x on a
+#: call of 9 rows; fewer than 8 rows go to torch.
+ROW_BUCKETS = (8, 16, 32, 64)
 
 
 def _op() -> Any:
@@ -105,14 +116,40 @@ def resolve_linear_kernel(choice: str, device: torch.device, dtype: torch.dtype)
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` through oneDNN when it pays, else through torch."""
+    """``F.linear(x, weight, bias)`` through oneDNN when it pays, else through torch.
+
+    oneDNN sees only the row counts of :data:`ROW_BUCKETS`: fewer rows are padded up
+    to the next bucket, more are computed in tiles of the largest (see there why).
+    """
+    width = x.shape[-1]
+    rows = x.numel() // width if width else 0
     if (
         torch.is_grad_enabled()
         or x.dtype != torch.float32
-        or x.numel() * weight.shape[0] < MIN_MULTIPLY_ADDS
+        or rows < ROW_BUCKETS[0]
+        or rows * width * weight.shape[0] < MIN_MULTIPLY_ADDS
     ):
         return F.linear(x, weight, bias)
-    return _op()(x, weight, bias, "none", [], "")
+    flat = x.reshape(rows, width)
+    tile = ROW_BUCKETS[-1]
+    if rows <= tile:
+        out = _bucketed(flat, weight, bias)
+    else:
+        out = flat.new_empty((rows, weight.shape[0]))
+        for start in range(0, rows, tile):
+            out[start : start + tile] = _bucketed(flat[start : start + tile], weight, bias)
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def _bucketed(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The oneDNN product of at most ``ROW_BUCKETS[-1]`` rows, padded to a bucket."""
+    rows = x.shape[0]
+    bucket = next(b for b in ROW_BUCKETS if b >= rows)
+    if bucket != rows:
+        padded = x.new_zeros((bucket, x.shape[1]))
+        padded[:rows] = x
+        x = padded
+    return _op()(x, weight, bias, "none", [], "")[:rows]
 
 
 def _patched_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
