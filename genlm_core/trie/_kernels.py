@@ -174,15 +174,28 @@ def fill_one(
 
 
 def fill_batch(
-    plan: MassPlan, op: str, ws: np.ndarray, out_dtype: type = np.float64
+    plan: MassPlan,
+    op: str,
+    ws: np.ndarray,
+    out_dtype: type = np.float64,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Masses of every row of ``ws`` (B, V), rows spread over the thread pool.
+
+    Args:
+        plan: The trie's mass plan.
+        op: ``"sum"`` or ``"max"``.
+        ws: The weights, one row per distribution.
+        out_dtype: Dtype of the masses.
+        out: Where to write them, a C-contiguous ``(B, N)`` array of ``out_dtype``
+            (recycled memory, see :mod:`genlm_core.trie._outputs`); a new one if None.
 
     Returns:
         ``(masses (B, N) of out_dtype, bad (B,))``, ``bad[b]`` the first NaN of row
         ``b`` or -1.
     """
-    out = np.empty((ws.shape[0], plan.node_src.shape[0]), dtype=out_dtype)
+    if out is None:
+        out = np.empty((ws.shape[0], plan.node_src.shape[0]), dtype=out_dtype)
     kernel = batch_sum if op == "sum" else batch_max
     args = _plan_args(plan)
     n = min(ws.shape[0], _num_threads())

@@ -28,6 +28,7 @@ import torch
 
 from genlm_core.trie import _kernels
 from genlm_core.trie._build import build_trie_arrays, plan_masses
+from genlm_core.trie._outputs import BatchOutputs
 from genlm_core.trie.errors import InvalidVocabularyError, VocabularyTypeError
 from genlm_core.trie.views import ChildrenView, PrefixView
 from genlm_core.trie.vocab import is_token_type, warn_plain_bytes
@@ -104,6 +105,7 @@ class TokenByteTrie:
         by_id = np.empty(n, dtype=np.int32)
         by_id[ids] = plan.token_src[:n]  # drop the leafless EOS word; index by token id
         self._plan = dataclasses.replace(plan, token_src=by_id)
+        self._batch_outputs = BatchOutputs(self._arrays.num_nodes, self.out_dtype)
         self.root = self._arrays.root
         self.eos_node = self._node_of([EOS])
         for what, strings in (("Atomic", atomic), ("EOS", self.eos_byte_strings)):
@@ -209,7 +211,8 @@ class TokenByteTrie:
     def _fill(self, op: str, arr: np.ndarray, what: str) -> np.ndarray:
         if arr.shape[0] == 0:
             return np.empty((0, self.num_nodes), dtype=self.out_dtype)
-        masses, bad = _kernels.fill_batch(self._plan, op, arr, self.out_dtype)
+        out = self._batch_outputs.empty(arr.shape[0])
+        masses, bad = _kernels.fill_batch(self._plan, op, arr, self.out_dtype, out)
         rows = np.flatnonzero(bad >= 0)
         if rows.size:
             row, token_id = int(rows[0]), int(bad[rows[0]])

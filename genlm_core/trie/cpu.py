@@ -16,6 +16,7 @@ import numpy as np
 
 from genlm_core.trie import _kernels
 from genlm_core.trie._build import TrieArrays, build_trie_arrays, plan_masses
+from genlm_core.trie._outputs import BatchOutputs
 from genlm_core.trie.base import CharacterTrieBase
 from genlm_core.trie.vocab import EncodedVocab
 
@@ -43,13 +44,15 @@ class TokenCharacterTrie(CharacterTrieBase):
     def _build(self, vocab: EncodedVocab) -> TrieArrays:
         arrays = build_trie_arrays(vocab.codes, vocab.offsets)
         self._plan = plan_masses(arrays)
+        self._batch_outputs = BatchOutputs(arrays.num_nodes, self.out_dtype)
         return arrays
 
     def _fill_one(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, int]:
         return _kernels.fill_one(self._plan, op, ws, self.out_dtype)
 
     def _fill(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return _kernels.fill_batch(self._plan, op, ws, self.out_dtype)
+        out = self._batch_outputs.empty(ws.shape[0])
+        return _kernels.fill_batch(self._plan, op, ws, self.out_dtype, out)
 
 
 class ParallelTokenCharacterTrie(TokenCharacterTrie):
