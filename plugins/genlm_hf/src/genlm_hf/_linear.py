@@ -1,10 +1,11 @@
 """Float32 linear layers on a CPU through oneDNN: the same product, about twice as fast here.
 
 Why. torch computes a float32 ``nn.Linear`` on a CPU with the BLAS it links: MKL in
-the x86 wheels. MKL takes generic code paths on CPUs that are not Intel's; oneDNN,
-which torch also bundles (its compiler's CPU backend calls it through
-``torch.ops.mkldnn._linear_pointwise``), generates code for the instruction set the
-CPU reports. Measured on a 2-core AMD EPYC (Zen 5, AVX-512), torch 2.13, one thread:
+the x86 wheels, which is slow on the AMD CPU measured below (MKL is known to take
+generic code paths on CPUs that are not Intel's). oneDNN, which torch also bundles
+(its compiler's CPU backend calls it through ``torch.ops.mkldnn._linear_pointwise``),
+generates code for the instruction set the CPU reports. Measured on a 2-core AMD
+EPYC (Zen 5, AVX-512), torch 2.13, one thread:
 64 rows x 64 -> 50,257 (the tiny GPT-2's output projection) 7.5 ms with MKL against
 2.8 ms; SmolLM2-135M's layers at 32 rows (576 -> 1,536 and back) 0.56 against 0.30 ms.
 For a few rows through a small layer oneDNN's fixed cost (~10 us per call) is more
