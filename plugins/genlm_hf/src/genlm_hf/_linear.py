@@ -104,11 +104,12 @@ def resolve_linear_kernel(choice: str, device: torch.device, dtype: torch.dtype)
         raise ValueError(f"linear_kernel must be one of {LINEAR_KERNELS}, got {choice!r}")
     if choice == "torch":
         return "torch"
-    why = onednn_unavailable_reason()
     if device.type != "cpu":
         why = f"the model is on {device.type}, oneDNN linears are for CPU models"
     elif dtype != torch.float32:
         why = f"the model's weights are {dtype}, oneDNN linears are used for float32 only"
+    else:
+        why = onednn_unavailable_reason()
     if not why:
         return "onednn"
     if choice == "onednn":

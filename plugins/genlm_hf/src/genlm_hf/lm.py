@@ -145,7 +145,8 @@ class AsyncTransformer(BatchedAsyncLM):
                 f"got {worker_threads!r}"
             )
         device = torch.device(getattr(hf_model, "device", "cpu"))
-        self.linear_kernel = resolve_linear_kernel(linear_kernel, device, _weights_dtype(hf_model))
+        dtype = getattr(hf_model, "dtype", torch.float32)  # transformers: its weights' dtype
+        self.linear_kernel = resolve_linear_kernel(linear_kernel, device, dtype)
         hf_model.eval()
         width = _logits_width(hf_model)
         super().__init__(
@@ -458,14 +459,6 @@ def _load(what: str, model_id: str, loader: Any, **opts: Any) -> Any:
             f"files, or a hub id already in the Hugging Face cache (downloads need network "
             f"access and HF_HUB_OFFLINE unset)"
         ) from exc
-
-
-def _weights_dtype(model: Any) -> torch.dtype:
-    """The dtype of the model's floating-point weights (float32 if it has none)."""
-    for param in model.parameters():
-        if param.is_floating_point():
-            return param.dtype
-    return torch.float32
 
 
 def _logits_width(model: Any) -> int:
