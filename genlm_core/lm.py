@@ -18,6 +18,7 @@ logits width (``len(byte_vocab)``), as in genlm-backend.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import numbers
 import weakref
 from abc import ABC, abstractmethod
@@ -39,7 +40,14 @@ from genlm_core.row_pool import RowPool
 from genlm_core.tokenization import Token, decode_vocab
 from genlm_core.validation import is_int_at_least
 
-__all__ = ["AsyncLM", "AsyncLMBase", "BatchedAsyncLM", "Request", "sampling_args"]
+__all__ = [
+    "AsyncLM",
+    "AsyncLMBase",
+    "BatchedAsyncLM",
+    "PrefixRequest",
+    "Request",
+    "sampling_args",
+]
 
 
 @runtime_checkable
@@ -74,6 +82,23 @@ class Request(NamedTuple):
 
     token_ids: tuple[int, ...]
     lora_name: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PrefixRequest:
+    """One query for the next-token log-probs after *every* prefix of ``token_ids``.
+
+    A dataclass, not a tuple, so it never equals (and is never deduplicated with) the
+    :class:`Request` of the same tokens.
+    """
+
+    token_ids: tuple[int, ...]
+    lora_name: str | None
+
+    def prefixes(self) -> list[Request]:
+        """The next-token requests it answers: ``token_ids[: i + 1]`` for every ``i``."""
+        ids, lora = self.token_ids, self.lora_name
+        return [Request(ids[: i + 1], lora) for i in range(len(ids))]
 
 
 class AsyncLMBase(ABC):
@@ -154,6 +179,37 @@ class AsyncLMBase(ABC):
         self._check_open()
         outs = [self.next_token_logprobs_sync(ids, lora_name=lora_name) for ids in token_ids_list]
         return _stack(outs, len(self.byte_vocab))
+
+    async def prefix_next_token_logprobs(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Next-token log-probabilities after every prefix of ``token_ids``.
+
+        Row ``i`` equals ``next_token_logprobs(token_ids[: i + 1])``: what scoring a
+        known text, or a byte-level beam prefilling it, needs at every token
+        boundary. This default batches the per-prefix calls; a backend that can
+        compute every position in one forward (genlm-hf) overrides it.
+
+        Args:
+            token_ids: The sequence (non-empty).
+            lora_name: A LoRA adapter added with :meth:`add_new_lora`; None is the base model.
+
+        Returns:
+            A float32 CPU tensor of shape ``(len(token_ids), len(byte_vocab))``.
+        """
+        req = PrefixRequest(*self.make_request(token_ids, lora_name))
+        return await self.batch_next_token_logprobs(
+            [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
+        )
+
+    def prefix_next_token_logprobs_sync(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Synchronous :meth:`prefix_next_token_logprobs`."""
+        req = PrefixRequest(*self.make_request(token_ids, lora_name))
+        return self.batch_next_token_logprobs_sync(
+            [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
+        )
 
     # -- validation -------------------------------------------------------------
 
@@ -421,20 +477,83 @@ class BatchedAsyncLM(AsyncLMBase):
         Default: nothing.
         """
 
-    def _batch_fn(self, requests: list[Request]) -> list[torch.Tensor]:
+    def compute_prefix_batch(
+        self, requests: list[PrefixRequest]
+    ) -> Sequence[Sequence[torch.Tensor]]:
+        """Optional: log-probs after every prefix of each request, one forward each.
+
+        Override it when the model can compute all positions of a sequence at once
+        (a causal LM's forward does); :meth:`prefix_next_token_logprobs` then sends
+        each sequence here whole instead of one :meth:`compute_batch` request per
+        prefix. Runs in the worker thread, like :meth:`compute_batch`; every row
+        returned is also stored in the output cache under its prefix's
+        :class:`Request`, so later next-token calls along the sequence are hits.
+
+        Args:
+            requests: Distinct ``PrefixRequest(token_ids, lora_name)``.
+
+        Returns:
+            Per request, ``len(token_ids)`` float32 tensors of shape
+            ``(len(byte_vocab),)`` (or one tensor of shape ``(len(token_ids), vocab)``).
+        """
+        raise NotImplementedError  # pragma: no cover - only called when overridden
+
+    @property
+    def computes_prefixes_in_one_forward(self) -> bool:
+        """Whether this backend overrides :meth:`compute_prefix_batch`."""
+        return type(self).compute_prefix_batch is not BatchedAsyncLM.compute_prefix_batch
+
+    def _batch_fn(self, keys: list[Any]) -> list[torch.Tensor]:
+        """The batcher's function: next-token requests and prefix requests, cached."""
+        requests = [k for k in keys if type(k) is not PrefixRequest]
+        if len(requests) == len(keys):
+            return self._next_token_rows(keys)
+        prefix_requests = [k for k in keys if type(k) is PrefixRequest]
+        rows_of_requests = self._next_token_rows(requests) if requests else []
+        if len(rows_of_requests) != len(requests):
+            raise BatchSizeMismatchError(
+                f"{type(self).__name__}.compute_batch returned {len(rows_of_requests)} "
+                f"results for {len(requests)} requests"
+            )
+        results: dict[Any, torch.Tensor] = dict(zip(requests, rows_of_requests, strict=True))
+        outs = list(self.compute_prefix_batch(prefix_requests))
+        if len(outs) != len(prefix_requests):
+            raise BatchSizeMismatchError(
+                f"{type(self).__name__}.compute_prefix_batch returned {len(outs)} results "
+                f"for {len(prefix_requests)} requests"
+            )
+        for req, rows in zip(prefix_requests, outs, strict=True):
+            rows = [self._owned(row) for row in rows]
+            if len(rows) != len(req.token_ids):
+                raise BackendContractError(
+                    f"{type(self).__name__}.compute_prefix_batch returned {len(rows)} rows "
+                    f"for a sequence of {len(req.token_ids)} tokens; expected one per prefix"
+                )
+            if self.cache is not None:
+                for prefix, row in zip(req.prefixes(), rows, strict=True):
+                    self.cache[prefix] = row
+            results[req] = torch.stack(rows)
+        return [results[k] for k in keys]
+
+    def _next_token_rows(self, requests: list[Request]) -> list[torch.Tensor]:
         outs = list(self.compute_batch(requests))
         if len(outs) == len(requests):
-            for i, out in enumerate(outs):
-                self._check_output(out)
-                # A row view would pin its whole batch in the cache and in callers. (Rows
-                # of the pool are whole: asking for their storage would keep one more
-                # Python object per cached row alive, for the garbage collector to scan.)
-                if not self.row_pool.owns(out) and out.untyped_storage().nbytes() > out.nbytes:
-                    outs[i] = out = out.clone()
+            outs = [self._owned(out) for out in outs]
             if self.cache is not None:
                 for req, out in zip(requests, outs, strict=True):
                     self.cache[req] = out
         return outs
+
+    def _owned(self, out: Any) -> torch.Tensor:
+        """``out`` checked, and copied if it is a view (it would pin its whole batch).
+
+        Rows of the pool are whole: asking for their storage would keep one more Python
+        object per cached row alive, for the garbage collector to scan.
+        """
+        self._check_output(out)
+        if not self.row_pool.owns(out) and out.untyped_storage().nbytes() > out.nbytes:
+            return out.clone()
+        return out
 
     def _check_output(self, out: Any) -> None:
         if not isinstance(out, torch.Tensor) or out.shape != (len(self.byte_vocab),):
@@ -525,6 +644,51 @@ class BatchedAsyncLM(AsyncLMBase):
                 )
             results.update(zip(chunk, outs, strict=True))
         return torch.stack([results[r] for r in reqs])
+
+    async def prefix_next_token_logprobs(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Next-token log-probabilities after every prefix, batched and cached.
+
+        Row ``i`` equals ``next_token_logprobs(token_ids[: i + 1])``. Rows already in
+        the output cache are not recomputed. With :meth:`compute_prefix_batch`
+        overridden the sequence is computed in one forward; otherwise each missing
+        prefix is one request of :meth:`compute_batch`, in as few batches as fit.
+
+        Returns:
+            A float32 CPU tensor of shape ``(len(token_ids), len(byte_vocab))``.
+        """
+        req = PrefixRequest(*self.make_request(token_ids, lora_name))
+        rows = self._cached_prefix_rows(req)
+        missing = [i for i, row in enumerate(rows) if row is None]
+        if not missing:
+            return torch.stack(rows)  # type: ignore[arg-type]
+        if self.computes_prefixes_in_one_forward:
+            return await self._batcher().submit(req)
+        prefixes = req.prefixes()
+        computed = await self._batcher().submit_many([prefixes[i] for i in missing])
+        for i, row in zip(missing, computed, strict=True):
+            rows[i] = row
+        return torch.stack(rows)  # type: ignore[arg-type]
+
+    def prefix_next_token_logprobs_sync(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Synchronous :meth:`prefix_next_token_logprobs`, computed in the calling thread."""
+        req = PrefixRequest(*self.make_request(token_ids, lora_name))
+        rows = self._cached_prefix_rows(req)
+        if all(row is not None for row in rows):
+            return torch.stack(rows)  # type: ignore[arg-type]
+        if self.computes_prefixes_in_one_forward:
+            return self._batch_fn([req])[0]
+        return self.batch_next_token_logprobs_sync(
+            [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
+        )
+
+    def _cached_prefix_rows(self, req: PrefixRequest) -> list[torch.Tensor | None]:
+        if self.cache is None:
+            return [None] * len(req.token_ids)
+        return [self.cache.get(prefix) for prefix in req.prefixes()]
 
     def clear_cache(self) -> None:
         """Drop every cached output.

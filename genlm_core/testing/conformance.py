@@ -37,6 +37,9 @@ class AsyncLMConformance:
     atol: float = 1e-5
     #: Number of concurrent requests in the concurrency tests.
     n_concurrent: int = 12
+    #: Absolute tolerance between ``prefix_next_token_logprobs`` rows and next-token
+    #: calls (one forward over the sequence against one per prefix).
+    prefix_atol: float = 1e-4
 
     @pytest.fixture
     def lm(self) -> Any:  # pragma: no cover - must be overridden
@@ -118,6 +121,49 @@ class AsyncLMConformance:
         torch.testing.assert_close(
             first, await lm.next_token_logprobs(prompts[2]), atol=self.atol, rtol=0
         )
+
+    # -- prefix log-probabilities ---------------------------------------------------
+
+    async def test_prefix_logprobs_equal_next_token_calls(
+        self, lm: Any, prompts: list[list[int]]
+    ) -> None:
+        ids = prompts[2] + prompts[1]  # a longer sequence
+        rows = await lm.prefix_next_token_logprobs(ids)
+        assert isinstance(rows, torch.Tensor) and rows.dtype == torch.float32
+        assert rows.shape == (len(ids), len(lm.byte_vocab)) and rows.device.type == "cpu"
+        lm.clear_cache()
+        for i in range(len(ids)):
+            torch.testing.assert_close(
+                rows[i], await lm.next_token_logprobs(ids[: i + 1]), atol=self.prefix_atol, rtol=0
+            )
+
+    async def test_prefix_logprobs_after_cached_prefix_and_concurrent(
+        self, lm: Any, prompts: list[list[int]]
+    ) -> None:
+        ids = prompts[2] + prompts[0]
+        head = await lm.next_token_logprobs(ids[:2])  # part of the sequence computed first
+        rows, again, other = await asyncio.gather(
+            lm.prefix_next_token_logprobs(ids),
+            lm.prefix_next_token_logprobs(ids),
+            lm.next_token_logprobs(ids[:3]),
+        )
+        torch.testing.assert_close(rows, again, atol=self.atol, rtol=0)
+        torch.testing.assert_close(rows[1], head, atol=self.prefix_atol, rtol=0)
+        torch.testing.assert_close(rows[2], other, atol=self.prefix_atol, rtol=0)
+        lm.clear_cache()
+        sync = lm.prefix_next_token_logprobs_sync(ids)
+        torch.testing.assert_close(rows, sync, atol=self.prefix_atol, rtol=0)
+
+    async def test_prefix_logprobs_bad_input(self, lm: Any, prompts: list[list[int]]) -> None:
+        n = len(lm.byte_vocab)
+        with pytest.raises(InvalidTokenIdsError, match="empty"):
+            await lm.prefix_next_token_logprobs([])
+        with pytest.raises(InvalidTokenIdsError, match=str(n + 3)):
+            await lm.prefix_next_token_logprobs([0, n + 3])
+        with pytest.raises(UnknownLoraError, match="no-such-adapter"):
+            await lm.prefix_next_token_logprobs(prompts[0], lora_name="no-such-adapter")
+        with pytest.raises(InvalidTokenIdsError):
+            lm.prefix_next_token_logprobs_sync([n])
 
     # -- robustness ---------------------------------------------------------------
 

@@ -1,0 +1,115 @@
+"""prefix_next_token_logprobs: the batched default and the one-forward hook."""
+
+import asyncio
+
+import pytest
+import torch
+
+from genlm_core.errors import BackendContractError, InvalidTokenIdsError
+from genlm_core.lm import AsyncLMBase, PrefixRequest, Request
+from genlm_core.testing import ByteTokenizer, MockAsyncLM
+
+
+class OneForwardMock(MockAsyncLM):
+    """A mock whose prefix requests go through compute_prefix_batch (as genlm-hf's do)."""
+
+    def __init__(self, tokenizer, **kwargs):
+        super().__init__(tokenizer, **kwargs)
+        self.prefix_batches: list[list[PrefixRequest]] = []
+
+    def compute_prefix_batch(self, requests):
+        self.prefix_batches.append(list(requests))
+        return [self.compute_batch(req.prefixes()) for req in requests]
+
+
+class PlainLM(AsyncLMBase):
+    """Not batched: the AsyncLMBase default gathers next-token calls."""
+
+    def __init__(self, mock):
+        super().__init__(mock.tokenizer, byte_vocab=(mock.byte_vocab, mock.str_vocab))
+        self.mock = mock
+        self.calls = 0
+
+    async def next_token_logprobs(self, token_ids, lora_name=None):
+        self.calls += 1
+        return self.mock.next_token_logprobs_sync(token_ids, lora_name)
+
+    def next_token_logprobs_sync(self, token_ids, lora_name=None):
+        self.calls += 1
+        return self.mock.next_token_logprobs_sync(token_ids, lora_name)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return ByteTokenizer()
+
+
+def expected(lm, ids):
+    return torch.stack([lm.next_token_logprobs_sync(ids[: i + 1]) for i in range(len(ids))])
+
+
+def test_prefix_request_is_never_equal_to_a_request():
+    assert PrefixRequest((1, 2), None) != Request((1, 2), None)
+    assert PrefixRequest((1, 2), "a").prefixes() == [Request((1,), "a"), Request((1, 2), "a")]
+
+
+async def test_default_batches_missing_prefixes_in_one_batch(tokenizer):
+    lm = MockAsyncLM(tokenizer)
+    await lm.next_token_logprobs([3, 4])  # one prefix cached before
+    rows = await lm.prefix_next_token_logprobs([3, 4, 5, 6])
+    assert lm.batches == [1, 3]  # only the three missing prefixes, in one batch
+    torch.testing.assert_close(rows, expected(lm, [3, 4, 5, 6]), atol=0, rtol=0)
+    again = await lm.prefix_next_token_logprobs([3, 4, 5, 6])
+    assert lm.batches == [1, 3] and torch.equal(rows, again)  # all cached now
+    lm.cleanup()
+
+
+async def test_hook_computes_the_sequence_at_once_and_fills_the_cache(tokenizer):
+    lm = OneForwardMock(tokenizer)
+    ids = [7, 8, 9, 10, 11]
+    rows = await lm.prefix_next_token_logprobs(ids)
+    assert [[r.token_ids for r in b] for b in lm.prefix_batches] == [[tuple(ids)]]
+    torch.testing.assert_close(rows, expected(MockAsyncLM(tokenizer), ids), atol=0, rtol=0)
+    n_batches = len(lm.batches)
+    for i in range(len(ids)):  # every prefix is now a cache hit: nothing computed
+        torch.testing.assert_close(await lm.next_token_logprobs(ids[: i + 1]), rows[i])
+    assert len(lm.batches) == n_batches
+    assert torch.equal(lm.prefix_next_token_logprobs_sync(ids), rows)
+    lm.cleanup()
+
+
+async def test_hook_batches_concurrent_sequences_with_next_token_requests(tokenizer):
+    lm = OneForwardMock(tokenizer)
+    a, b, c = await asyncio.gather(
+        lm.prefix_next_token_logprobs([1, 2, 3]),
+        lm.prefix_next_token_logprobs([4, 5]),
+        lm.next_token_logprobs([6]),
+    )
+    assert len(lm.prefix_batches) == 1 and len(lm.prefix_batches[0]) == 2
+    ref = MockAsyncLM(tokenizer)
+    torch.testing.assert_close(a, expected(ref, [1, 2, 3]))
+    torch.testing.assert_close(b, expected(ref, [4, 5]))
+    torch.testing.assert_close(c, ref.next_token_logprobs_sync([6]))
+    lm.cleanup()
+
+
+async def test_hook_returning_the_wrong_number_of_rows_is_a_contract_error(tokenizer):
+    class Broken(OneForwardMock):
+        def compute_prefix_batch(self, requests):
+            return [self.compute_batch(req.prefixes()[:-1]) for req in requests]
+
+    lm = Broken(tokenizer)
+    with pytest.raises(BackendContractError, match="2 rows for a sequence of 3 tokens"):
+        await lm.prefix_next_token_logprobs([1, 2, 3])
+    assert (await lm.next_token_logprobs([1])).shape == (len(lm.byte_vocab),)  # still works
+    lm.cleanup()
+
+
+async def test_base_class_default_gathers_next_token_calls(tokenizer):
+    lm = PlainLM(MockAsyncLM(tokenizer))
+    rows = await lm.prefix_next_token_logprobs([2, 3, 4])
+    assert lm.calls == 3
+    torch.testing.assert_close(rows, expected(lm.mock, [2, 3, 4]))
+    torch.testing.assert_close(lm.prefix_next_token_logprobs_sync([2, 3, 4]), rows)
+    with pytest.raises(InvalidTokenIdsError, match="empty"):
+        await lm.prefix_next_token_logprobs([])
