@@ -469,6 +469,7 @@ def run_group(
     logits_workspace: Workspace | None = None,
     helper: concurrent.futures.Executor | None = None,
     onednn: bool = False,
+    all_positions: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
     """Run one forward for ``rows``.
 
@@ -485,11 +486,14 @@ def run_group(
         helper: A one-thread executor that shares the output projection's blocks.
         onednn: Run the model's float32 linear layers through oneDNN (see
             :mod:`genlm_hf._linear`).
+        all_positions: Return the logits of every new position, ``(B, N, vocab)``
+            (row ``i``'s are ``logits[i, :n_i]``), not only each row's last.
 
     Returns:
-        ``(logits, buffer, P)``: last-position logits of shape ``(B, vocab)``; the K/V
-        buffer (``None`` without a layout), in which row ``i``'s new positions are
-        ``buffer[:, i, :, P : P + n_i]``; and the past width ``P``.
+        ``(logits, buffer, P)``: last-position logits of shape ``(B, vocab)`` (or all
+        positions', see ``all_positions``); the K/V buffer (``None`` without a layout),
+        in which row ``i``'s new positions are ``buffer[:, i, :, P : P + n_i]``; and
+        the past width ``P``.
     """
     device = layout.device if layout is not None else _input_device(model)
     b = len(rows)
@@ -513,7 +517,9 @@ def run_group(
 
     kwargs: dict[str, Any] = {}
     if keep_kwarg:
-        if width_new == 1 or all(k == width_new for k in n_new):
+        if all_positions:
+            kwargs["logits_to_keep"] = 0  # every position
+        elif width_new == 1 or all(k == width_new for k in n_new):
             kwargs["logits_to_keep"] = 1
         elif _PER_ROW_KEEP:
             kwargs["logits_to_keep"] = (n - 1).to(device)
@@ -545,6 +551,8 @@ def run_group(
                 **kwargs,
             )
     logits = out.logits
+    if all_positions:
+        return logits, buffer, width_past
     if logits.shape[1] == 1:
         last = logits[:, 0]
     elif logits.shape[1] == width_new:

@@ -51,6 +51,7 @@ from genlm_hf._linear import resolve_linear_kernel
 from genlm_hf._threads import auto_worker_threads, set_thread_torch_threads
 from genlm_hf.errors import MissingDependencyError, ModelLoadError
 from genlm_hf.kvcache import KVCacheStats, PrefixKVCache
+from genlm_hf.prefixes import PrefixForwards
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -85,7 +86,7 @@ def split_kv_budget(kv_cache_bytes: int, max_batch_kv_bytes: int) -> tuple[int, 
     return keep, reserve
 
 
-class AsyncTransformer(BatchedAsyncLM):
+class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
     """Asynchronous, autobatched, prefix-cached wrapper of a transformers causal LM.
 
     Args:

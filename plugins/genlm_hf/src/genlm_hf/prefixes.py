@@ -1,0 +1,150 @@
+"""One forward per sequence for ``prefix_next_token_logprobs``: every position's logits.
+
+A causal LM's forward computes the logits of every position of its input at once, so
+the next-token log-probs after every prefix of a known sequence (a byte-level beam's
+prefill, scoring a text) cost one forward over the sequence's new tokens instead of
+one forward per prefix. The keys and values of the whole sequence go into the prefix
+cache and every row into the output cache (the core stores them), so later calls
+along the sequence are hits and calls branching off it run only their own tokens.
+
+:class:`PrefixForwards` is a mixin of :class:`~genlm_hf.lm.AsyncTransformer`: it
+implements the core's optional ``compute_prefix_batch`` hook with the model's lock,
+prefix cache and forward helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from genlm_core.errors import ModelClosedError
+from genlm_core.lm import PrefixRequest, Request
+from genlm_core.prefix_batching import plan_groups
+from genlm_hf._forward import Row, log_softmax_rows, run_group
+
+__all__ = ["PREFIX_LOGITS_BYTES", "PrefixForwards"]
+
+#: Most bytes of logits one forward of :meth:`PrefixForwards.compute_prefix_batch` keeps
+#: (all its positions'); longer sequences are computed in chunks.
+PREFIX_LOGITS_BYTES = 64 << 20
+
+
+class PrefixForwards:
+    """``compute_prefix_batch`` for :class:`~genlm_hf.lm.AsyncTransformer`."""
+
+    model: Any
+    cache: Any
+    kv_cache: Any
+    byte_vocab: list[Any]
+    row_pool: Any
+    max_batch_kv_bytes: int
+    linear_kernel: str
+
+    def compute_prefix_batch(self, requests: list[PrefixRequest]) -> list[list[torch.Tensor]]:
+        """Log-probs after every prefix of each sequence: one forward over its new tokens.
+
+        The forward keeps the logits of every position (in chunks of
+        :data:`PREFIX_LOGITS_BYTES`) and stores the sequence's keys and values in the
+        prefix cache, so later calls along it, or branching off it, run only their
+        own new tokens; the core puts every row in the output cache.
+        """
+        with self._lock, torch.no_grad():
+            if self.model is None:
+                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+            by_adapter: dict[str | None, list[tuple[int, ...]]] = {}
+            for req in requests:
+                by_adapter.setdefault(req.lora_name, []).append(req.token_ids)
+            results: dict[tuple[str | None, tuple[int, ...]], list[torch.Tensor]] = {}
+            for lora_name, seqs in by_adapter.items():
+                self._activate(lora_name)
+                for ids, rows in zip(seqs, self._compute_prefixes(lora_name, seqs), strict=True):
+                    results[lora_name, ids] = rows
+        self.heap_trimmer.maybe_trim()
+        return [results[req.lora_name, req.token_ids] for req in requests]
+
+    def _compute_prefixes(
+        self, lora_name: str | None, seqs: list[tuple[int, ...]]
+    ) -> list[list[torch.Tensor]]:
+        """Rows of every prefix of each sequence.
+
+        Its leading rows come from the output cache, the rest from forwards over the
+        sequences' new tokens.
+        """
+        rows: list[list[Any]] = [[None] * len(ids) for ids in seqs]
+        done = [self._cached_leading_rows(lora_name, ids, rows[k]) for k, ids in enumerate(seqs)]
+        vocab_bytes = len(self.byte_vocab) * 4
+        per_token = self._layout.bytes_per_token if self._layout else 0
+        while pending := [k for k, ids in enumerate(seqs) if done[k] < len(ids)]:
+            # Every position's logits are kept: chunk the sequences to bound them.
+            chunk = max(1, PREFIX_LOGITS_BYTES // (vocab_bytes * len(pending)))
+            owner: dict[int, int] = {}  # id(row) -> index of its sequence
+            group = []
+            for k in pending:
+                row = self._prefix_row(lora_name, seqs[k][: done[k] + chunk], done[k])
+                owner[id(row)] = k
+                group.append(row)
+            for index, planned in enumerate(plan_groups(group, per_token, self.max_batch_kv_bytes)):
+                if index:  # a forward's inserts may have evicted the slots found before
+                    again = [self._prefix_row(lora_name, r.token_ids, r.past_len) for r in planned]
+                    owner.update(
+                        (id(new), owner[id(old)]) for old, new in zip(planned, again, strict=True)
+                    )
+                    planned = again
+                outs = self._forward_all_positions(lora_name, planned)
+                for row, out in zip(planned, outs, strict=True):
+                    k = owner[id(row)]
+                    rows[k][row.past_len : len(row.token_ids)] = out
+                    done[k] = len(row.token_ids)
+        return rows
+
+    def _cached_leading_rows(
+        self, lora_name: str | None, ids: tuple[int, ...], rows: list[Any]
+    ) -> int:
+        """Fill ``rows`` with the output cache's leading run for ``ids``; return its length."""
+        n = 0
+        while self.cache is not None and n < len(ids):
+            hit = self.cache.get(Request(ids[: n + 1], lora_name))
+            if hit is None:
+                break
+            rows[n] = hit
+            n += 1
+        return n
+
+    def _forward_all_positions(self, lora_name: str | None, group: list[Row]) -> list[list[Any]]:
+        """One forward over ``group`` keeping every new position; K/V stored. Rows per row."""
+        logits, buffer, width_past = run_group(
+            self.model,
+            group,
+            self._layout,
+            keep_kwarg=self._keep_kwarg,
+            workspace=self._workspace,
+            pool=self.kv_cache.pool,
+            logits_workspace=self._logits_workspace,
+            helper=self._helper,
+            onednn=self.linear_kernel == "onednn",
+            all_positions=True,
+        )
+        outs = [
+            log_softmax_rows(
+                logits[i, : row.n_new], self._logprobs_workspace, self._helper, self.row_pool
+            )
+            for i, row in enumerate(group)
+        ]
+        if buffer is not None:
+            self.kv_cache.insert_many(
+                lora_name,
+                [(row.token_ids, row.past_len) for row in group],
+                buffer[:, :, :, width_past:],
+            )
+        return outs
+
+    def _prefix_row(self, lora_name: str | None, ids: tuple[int, ...], first: int) -> Row:
+        """A row computing positions ``>= first`` of ``ids``.
+
+        Its past is the longest cached prefix of ``ids[:first]``.
+        """
+        if self._layout is None:
+            return Row(ids, [], 0)
+        segments = self.kv_cache.match(lora_name, ids, first, record=False)
+        return Row(ids, segments, sum(used for _, used in segments))
