@@ -32,6 +32,7 @@ from genlm_core.cache import OutputCache
 from genlm_core.errors import (
     BackendContractError,
     BatchSizeMismatchError,
+    InvalidArgumentError,
     InvalidTokenIdsError,
     ModelClosedError,
     UnknownLoraError,
@@ -86,19 +87,21 @@ class Request(NamedTuple):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PrefixRequest:
-    """One query for the next-token log-probs after *every* prefix of ``token_ids``.
+    """A query for the next-token log-probs after every prefix of ``token_ids``.
 
-    A dataclass, not a tuple, so it never equals (and is never deduplicated with) the
-    :class:`Request` of the same tokens.
+    Only prefixes ending at position ``start`` or later are asked for: row ``j``
+    answers ``token_ids[: start + j + 1]``. A dataclass, not a tuple, so it never
+    equals (and is never deduplicated with) the :class:`Request` of the same tokens.
     """
 
     token_ids: tuple[int, ...]
     lora_name: str | None
+    start: int = 0
 
     def prefixes(self) -> list[Request]:
-        """The next-token requests it answers: ``token_ids[: i + 1]`` for every ``i``."""
+        """The next-token requests it answers, in order."""
         ids, lora = self.token_ids, self.lora_name
-        return [Request(ids[: i + 1], lora) for i in range(len(ids))]
+        return [Request(ids[: i + 1], lora) for i in range(self.start, len(ids))]
 
 
 class AsyncLMBase(ABC):
@@ -181,35 +184,54 @@ class AsyncLMBase(ABC):
         return _stack(outs, len(self.byte_vocab))
 
     async def prefix_next_token_logprobs(
-        self, token_ids: Sequence[int], lora_name: str | None = None
+        self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
     ) -> torch.Tensor:
         """Next-token log-probabilities after every prefix of ``token_ids``.
 
-        Row ``i`` equals ``next_token_logprobs(token_ids[: i + 1])``: what scoring a
-        known text, or a byte-level beam prefilling it, needs at every token
+        Row ``j`` equals ``next_token_logprobs(token_ids[: start + j + 1])``: what
+        scoring a known text, or a byte-level beam prefilling it, needs at every token
         boundary. This default batches the per-prefix calls; a backend that can
         compute every position in one forward (genlm-hf) overrides it.
 
         Args:
             token_ids: The sequence (non-empty).
             lora_name: A LoRA adapter added with :meth:`add_new_lora`; None is the base model.
+            start: First position whose row is wanted (``0 <= start < len(token_ids)``);
+                a context already computed need not be again.
 
         Returns:
-            A float32 CPU tensor of shape ``(len(token_ids), len(byte_vocab))``.
+            A float32 CPU tensor of shape ``(len(token_ids) - start, len(byte_vocab))``.
+
+        Raises:
+            InvalidTokenIdsError: Bad ``token_ids`` (see :meth:`validate_token_ids`).
+            InvalidArgumentError: ``start`` out of range.
         """
-        req = PrefixRequest(*self.make_request(token_ids, lora_name))
+        req = self.make_prefix_request(token_ids, lora_name, start)
         return await self.batch_next_token_logprobs(
             [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
         )
 
     def prefix_next_token_logprobs_sync(
-        self, token_ids: Sequence[int], lora_name: str | None = None
+        self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
     ) -> torch.Tensor:
         """Synchronous :meth:`prefix_next_token_logprobs`."""
-        req = PrefixRequest(*self.make_request(token_ids, lora_name))
+        req = self.make_prefix_request(token_ids, lora_name, start)
         return self.batch_next_token_logprobs_sync(
             [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
         )
+
+    def make_prefix_request(
+        self, token_ids: Any, lora_name: str | None = None, start: int = 0
+    ) -> PrefixRequest:
+        """Validate a prefix call's arguments into a :class:`PrefixRequest`."""
+        req = self.make_request(token_ids, lora_name)
+        n = len(req.token_ids)
+        if not is_int_at_least(start, 0) or start >= n:
+            raise InvalidArgumentError(
+                f"start must be an integer in 0..{n - 1} (a position of the {n} token ids), "
+                f"got {start!r}"
+            )
+        return PrefixRequest(req.token_ids, req.lora_name, int(start))
 
     # -- validation -------------------------------------------------------------
 
@@ -493,8 +515,9 @@ class BatchedAsyncLM(AsyncLMBase):
             requests: Distinct ``PrefixRequest(token_ids, lora_name)``.
 
         Returns:
-            Per request, ``len(token_ids)`` float32 tensors of shape
-            ``(len(byte_vocab),)`` (or one tensor of shape ``(len(token_ids), vocab)``).
+            Per request, one float32 tensor of shape ``(len(byte_vocab),)`` per prefix
+            ending at position ``start`` or later (or one tensor of shape
+            ``(len(token_ids) - start, vocab)``).
         """
         raise NotImplementedError  # pragma: no cover - only called when overridden
 
@@ -524,10 +547,12 @@ class BatchedAsyncLM(AsyncLMBase):
             )
         for req, rows in zip(prefix_requests, outs, strict=True):
             rows = [self._owned(row) for row in rows]
-            if len(rows) != len(req.token_ids):
+            expected = len(req.token_ids) - req.start
+            if len(rows) != expected:
                 raise BackendContractError(
                     f"{type(self).__name__}.compute_prefix_batch returned {len(rows)} rows "
-                    f"for a sequence of {len(req.token_ids)} tokens; expected one per prefix"
+                    f"for a sequence of {len(req.token_ids)} tokens from position "
+                    f"{req.start}; expected {expected}, one per prefix"
                 )
             if self.cache is not None:
                 for prefix, row in zip(req.prefixes(), rows, strict=True):
@@ -646,19 +671,20 @@ class BatchedAsyncLM(AsyncLMBase):
         return torch.stack([results[r] for r in reqs])
 
     async def prefix_next_token_logprobs(
-        self, token_ids: Sequence[int], lora_name: str | None = None
+        self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
     ) -> torch.Tensor:
         """Next-token log-probabilities after every prefix, batched and cached.
 
-        Row ``i`` equals ``next_token_logprobs(token_ids[: i + 1])``. Rows already in
-        the output cache are not recomputed. With :meth:`compute_prefix_batch`
-        overridden the sequence is computed in one forward; otherwise each missing
-        prefix is one request of :meth:`compute_batch`, in as few batches as fit.
+        Row ``j`` equals ``next_token_logprobs(token_ids[: start + j + 1])``. Rows
+        already in the output cache are not recomputed. With
+        :meth:`compute_prefix_batch` overridden the sequence is computed in one
+        forward; otherwise each missing prefix is one request of
+        :meth:`compute_batch`, in as few batches as fit.
 
         Returns:
-            A float32 CPU tensor of shape ``(len(token_ids), len(byte_vocab))``.
+            A float32 CPU tensor of shape ``(len(token_ids) - start, len(byte_vocab))``.
         """
-        req = PrefixRequest(*self.make_request(token_ids, lora_name))
+        req = self.make_prefix_request(token_ids, lora_name, start)
         rows = self._cached_prefix_rows(req)
         missing = [i for i, row in enumerate(rows) if row is None]
         if not missing:
@@ -672,10 +698,10 @@ class BatchedAsyncLM(AsyncLMBase):
         return torch.stack(rows)  # type: ignore[arg-type]
 
     def prefix_next_token_logprobs_sync(
-        self, token_ids: Sequence[int], lora_name: str | None = None
+        self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
     ) -> torch.Tensor:
         """Synchronous :meth:`prefix_next_token_logprobs`, computed in the calling thread."""
-        req = PrefixRequest(*self.make_request(token_ids, lora_name))
+        req = self.make_prefix_request(token_ids, lora_name, start)
         rows = self._cached_prefix_rows(req)
         if all(row is not None for row in rows):
             return torch.stack(rows)  # type: ignore[arg-type]
@@ -686,9 +712,10 @@ class BatchedAsyncLM(AsyncLMBase):
         )
 
     def _cached_prefix_rows(self, req: PrefixRequest) -> list[torch.Tensor | None]:
+        prefixes = req.prefixes()
         if self.cache is None:
-            return [None] * len(req.token_ids)
-        return [self.cache.get(prefix) for prefix in req.prefixes()]
+            return [None] * len(prefixes)
+        return [self.cache.get(prefix) for prefix in prefixes]
 
     def clear_cache(self) -> None:
         """Drop every cached output.

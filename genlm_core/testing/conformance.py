@@ -153,6 +153,9 @@ class AsyncLMConformance:
         lm.clear_cache()
         sync = lm.prefix_next_token_logprobs_sync(ids)
         torch.testing.assert_close(rows, sync, atol=self.prefix_atol, rtol=0)
+        tail = await lm.prefix_next_token_logprobs(ids, start=len(ids) - 2)
+        assert tail.shape == (2, len(lm.byte_vocab))
+        torch.testing.assert_close(tail, rows[-2:], atol=self.prefix_atol, rtol=0)
 
     async def test_prefix_logprobs_bad_input(self, lm: Any, prompts: list[list[int]]) -> None:
         n = len(lm.byte_vocab)
@@ -164,6 +167,8 @@ class AsyncLMConformance:
             await lm.prefix_next_token_logprobs(prompts[0], lora_name="no-such-adapter")
         with pytest.raises(InvalidTokenIdsError):
             lm.prefix_next_token_logprobs_sync([n])
+        with pytest.raises(ValueError, match="start"):
+            await lm.prefix_next_token_logprobs(prompts[0], start=len(prompts[0]))
 
     # -- robustness ---------------------------------------------------------------
 

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import torch
 
-from genlm_core.errors import BackendContractError, InvalidTokenIdsError
+from genlm_core.errors import BackendContractError, InvalidArgumentError, InvalidTokenIdsError
 from genlm_core.lm import AsyncLMBase, PrefixRequest, Request
 from genlm_core.testing import ByteTokenizer, MockAsyncLM
 
@@ -99,9 +99,26 @@ async def test_hook_returning_the_wrong_number_of_rows_is_a_contract_error(token
             return [self.compute_batch(req.prefixes()[:-1]) for req in requests]
 
     lm = Broken(tokenizer)
-    with pytest.raises(BackendContractError, match="2 rows for a sequence of 3 tokens"):
+    with pytest.raises(
+        BackendContractError, match="2 rows for a sequence of 3 tokens from position 0; expected 3"
+    ):
         await lm.prefix_next_token_logprobs([1, 2, 3])
     assert (await lm.next_token_logprobs([1])).shape == (len(lm.byte_vocab),)  # still works
+    lm.cleanup()
+
+
+@pytest.mark.parametrize("cls", [MockAsyncLM, OneForwardMock])
+async def test_start_skips_the_rows_before_it(tokenizer, cls):
+    lm = cls(tokenizer)
+    ids = [5, 6, 7, 8, 9]
+    rows = await lm.prefix_next_token_logprobs(ids, start=3)
+    assert rows.shape == (2, len(lm.byte_vocab))
+    torch.testing.assert_close(rows, expected(MockAsyncLM(tokenizer), ids)[3:], atol=0, rtol=0)
+    assert lm.cache.get(Request((5, 6, 7), None)) is None  # rows before start not computed
+    assert torch.equal(lm.prefix_next_token_logprobs_sync(ids, start=4), rows[1:])
+    for bad in (-1, 5, 1.5, None):
+        with pytest.raises(InvalidArgumentError, match=f"start must be an integer in 0..4.*{bad}"):
+            await lm.prefix_next_token_logprobs(ids, start=bad)
     lm.cleanup()
 
 
@@ -113,3 +130,4 @@ async def test_base_class_default_gathers_next_token_calls(tokenizer):
     torch.testing.assert_close(lm.prefix_next_token_logprobs_sync([2, 3, 4]), rows)
     with pytest.raises(InvalidTokenIdsError, match="empty"):
         await lm.prefix_next_token_logprobs([])
+    torch.testing.assert_close(await lm.prefix_next_token_logprobs([2, 3, 4], start=2), rows[2:])

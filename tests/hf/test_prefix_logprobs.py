@@ -126,3 +126,17 @@ async def test_smollm2_text(hf_models):
     paris = lm.tokenizer.encode(" Paris")[0]
     assert ids[5] == paris and rows[4, paris] > -1.0  # ' Paris' after "... is"
     lm.cleanup()
+
+
+async def test_start_runs_only_the_new_tokens(hf_models):
+    lm = hf_models("tiny-gpt2").lm()
+    context, text = random_ids(lm, 20, 4), random_ids(lm, 6, 5)
+    await lm.next_token_logprobs(context)  # a beam state's context, materialized
+    lm.cache.clear()  # even with its rows evicted, the context is not recomputed
+    forwards = count_forwards(lm)
+    rows = await lm.prefix_next_token_logprobs(context + text, start=len(context))
+    assert forwards == [torch.Size([1, 6])]
+    del lm.model.forward
+    want = uncached_rows(lm, context + text)[len(context) :]
+    torch.testing.assert_close(rows, want, atol=ATOL, rtol=0)
+    lm.cleanup()

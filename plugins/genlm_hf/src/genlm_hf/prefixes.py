@@ -52,36 +52,36 @@ class PrefixForwards:
         with self._lock, torch.no_grad():
             if self.model is None:
                 raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-            by_adapter: dict[str | None, list[tuple[int, ...]]] = {}
+            by_adapter: dict[str | None, list[PrefixRequest]] = {}
             for req in requests:
-                by_adapter.setdefault(req.lora_name, []).append(req.token_ids)
-            results: dict[tuple[str | None, tuple[int, ...]], list[torch.Tensor]] = {}
-            for lora_name, seqs in by_adapter.items():
+                by_adapter.setdefault(req.lora_name, []).append(req)
+            results: dict[PrefixRequest, list[torch.Tensor]] = {}
+            for lora_name, reqs in by_adapter.items():
                 self._activate(lora_name)
-                for ids, rows in zip(seqs, self._compute_prefixes(lora_name, seqs), strict=True):
-                    results[lora_name, ids] = rows
+                results.update(zip(reqs, self._compute_prefixes(lora_name, reqs), strict=True))
         self.heap_trimmer.maybe_trim()
-        return [results[req.lora_name, req.token_ids] for req in requests]
+        return [results[req] for req in requests]
 
     def _compute_prefixes(
-        self, lora_name: str | None, seqs: list[tuple[int, ...]]
+        self, lora_name: str | None, reqs: list[PrefixRequest]
     ) -> list[list[torch.Tensor]]:
-        """Rows of every prefix of each sequence.
+        """Rows of the wanted prefixes of each sequence (positions ``start`` on).
 
-        Its leading rows come from the output cache, the rest from forwards over the
-        sequences' new tokens.
+        The leading ones come from the output cache, the rest from forwards over the
+        sequences' new tokens, each from the longest cached prefix of its keys/values.
         """
-        rows: list[list[Any]] = [[None] * len(ids) for ids in seqs]
-        done = [self._cached_leading_rows(lora_name, ids, rows[k]) for k, ids in enumerate(seqs)]
+        rows: list[list[Any]] = [[None] * len(r.token_ids) for r in reqs]  # by position
+        done = [self._cached_leading_rows(r, rows[k]) for k, r in enumerate(reqs)]
         vocab_bytes = len(self.byte_vocab) * 4
         per_token = self._layout.bytes_per_token if self._layout else 0
-        while pending := [k for k, ids in enumerate(seqs) if done[k] < len(ids)]:
+        while pending := [k for k, r in enumerate(reqs) if done[k] < len(r.token_ids)]:
             # Every position's logits are kept: chunk the sequences to bound them.
             chunk = max(1, PREFIX_LOGITS_BYTES // (vocab_bytes * len(pending)))
-            owner: dict[int, int] = {}  # id(row) -> index of its sequence
+            owner: dict[int, int] = {}  # id(row) -> index of its request
             group = []
             for k in pending:
-                row = self._prefix_row(lora_name, seqs[k][: done[k] + chunk], done[k])
+                ids = reqs[k].token_ids
+                row = self._prefix_row(lora_name, ids[: done[k] + chunk], done[k])
                 owner[id(row)] = k
                 group.append(row)
             for index, planned in enumerate(plan_groups(group, per_token, self.max_batch_kv_bytes)):
@@ -96,13 +96,16 @@ class PrefixForwards:
                     k = owner[id(row)]
                     rows[k][row.past_len : len(row.token_ids)] = out
                     done[k] = len(row.token_ids)
-        return rows
+        return [r[req.start :] for r, req in zip(rows, reqs, strict=True)]
 
-    def _cached_leading_rows(
-        self, lora_name: str | None, ids: tuple[int, ...], rows: list[Any]
-    ) -> int:
-        """Fill ``rows`` with the output cache's leading run for ``ids``; return its length."""
-        n = 0
+    def _cached_leading_rows(self, req: PrefixRequest, rows: list[Any]) -> int:
+        """Fill ``rows`` from ``req.start`` with the output cache's leading run of hits.
+
+        Returns:
+            The first position still to compute.
+        """
+        n = req.start
+        ids, lora_name = req.token_ids, req.lora_name
         while self.cache is not None and n < len(ids):
             hit = self.cache.get(Request(ids[: n + 1], lora_name))
             if hit is None:
