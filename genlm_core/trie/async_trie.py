@@ -22,6 +22,7 @@ import numpy as np
 from genlm_core.batching import AutoBatcher
 from genlm_core.trie.errors import InvalidWeightsError
 from genlm_core.trie.protocols import CharacterTrie
+from genlm_core.trie.weights import as_batch
 
 __all__ = ["AsyncTokenByteTrie", "AsyncTokenCharacterTrie"]
 
@@ -219,8 +220,33 @@ class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
         """
         return await self._submit(("max", None), ws)
 
+    async def log_weight_sum(self, logps: Any, mode: Any = None) -> np.ndarray:
+        """``log(weight_sum(exp(logps), mode))``: log-masses from log-probabilities.
+
+        What a byte-level beam needs per state; concurrent calls (a beam step's
+        states, several beams) are one exp, one kernel call and one log, in the
+        worker thread. Each result is its own array, so keeping one keeps no other.
+
+        Args:
+            logps: Log-probabilities per token id (a model's next-token output).
+            mode: ``TrieMode.WITHOUT_EOS`` (default) or ``WITH_EOS``.
+
+        Returns:
+            Float64 array of shape ``(num_nodes,)`` (``-inf`` where the mass is 0): the
+            sums are exact to float32's precision, and their logs keep it (a float32
+            log of a mass near ``e**-40`` would be off by up to 4e-6).
+        """
+        from genlm_core.trie.byte_trie import TrieMode
+
+        return await self._submit(("logsum", mode or TrieMode.WITHOUT_EOS), logps)
+
     def _compute(self, op: Hashable, batch: list[Any]) -> Any:
         kind, mode = op  # type: ignore[misc]
         if kind == "sum":
             return self.trie.batch_weight_sum(batch, mode=mode)
+        if kind == "logsum":
+            ws = np.exp(as_batch(batch, len(self.trie.decode), "log_weight_sum"))
+            masses = self.trie.batch_weight_sum(ws, mode=mode).numpy()
+            with np.errstate(divide="ignore"):
+                return [np.log(row, dtype=np.float64) for row in masses]
         return self.trie.batch_weight_max(batch)

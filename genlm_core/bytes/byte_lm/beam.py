@@ -1,0 +1,326 @@
+"""``ByteBeamState``: a language model over bytes, by a beam over tokenizations.
+
+The probability of a byte string sums over every tokenization that spells it; the
+beam keeps the ``K`` heaviest partial tokenizations (:class:`LazyTrieState`) and
+reads one byte at a time. Same algorithm, parameters and results as genlm-bytes
+0.2.0 (within float rounding: weights here are float64, genlm-bytes' float32).
+
+Where the time goes, and what is done about it (a model call costs tens of
+milliseconds on a CPU, a trie call a fraction of one):
+
+* every model call of a step (all candidates ending a token, all beams in flight)
+  is awaited together, so the model's batcher runs them in one forward; their trie
+  masses come from one batched kernel call (:meth:`AsyncTokenByteTrie.log_weight_sum`);
+* ``prefill`` asks the model for the whole known text in one forward first (and for
+  the likely other tokenizations of it in one more), so the beam's calls along it are
+  cache hits (see :mod:`genlm_core.bytes.byte_lm.prefill`), and it never computes a
+  candidate the next ``prune()`` is certain to drop (:mod:`.pruning`);
+* tries are built once per model and options and shared by every beam over them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import numbers
+import weakref
+from collections.abc import Hashable, Iterator
+from typing import Any
+
+import numpy as np
+
+from genlm_core.bytes.byte_lm.heal import TokenHealer
+from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes
+from genlm_core.bytes.byte_lm.params import BeamParams
+from genlm_core.bytes.byte_lm.pruning import certainly_dropped, decisions_unchanged
+from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
+from genlm_core.bytes.errors import EmptyBeamError, InvalidBeamParamsError, InvalidByteError
+from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs, logsumexp
+from genlm_core.trie.async_trie import AsyncTokenByteTrie
+
+__all__ = ["BeamParams", "ByteBeamState"]
+
+
+class ByteBeamState(StatefulByteLM):
+    """A beam of candidate tokenizations of the bytes read so far.
+
+    Args:
+        states: The candidates (kept sorted by decreasing weight).
+        params: The beam's parameters.
+    """
+
+    def __init__(self, states: list[LazyTrieState], params: BeamParams) -> None:
+        self.states = sorted(states, key=lambda s: -s.weight)
+        self.params = params
+
+    @classmethod
+    async def initial(
+        cls, llm: Any, params: BeamParams, trie_opts: dict[str, Any] | None = None
+    ) -> ByteBeamState:
+        """The beam before any byte: one candidate at the model's start token.
+
+        Args:
+            llm: Any token-level AsyncLM (``next_token_logprobs``, ``byte_vocab``,
+                ``tokenizer``).
+            params: Beam parameters (their ``eos_byte_strings`` configure the trie).
+            trie_opts: Keyword arguments of ``AsyncTokenByteTrie.from_vocab`` (for
+                example ``{"backend": "numba"}``).
+        """
+        if not isinstance(params, BeamParams):
+            raise InvalidBeamParamsError(
+                f"params must be a BeamParams, got {type(params).__name__}; "
+                f"e.g. BeamParams(K=5, prune_threshold=0.05)"
+            )
+        trie = shared_trie(llm, params.eos_byte_strings, trie_opts)
+        state = LazyTrieState.initial(llm, trie, mode=TrieMode.WITH_EOS)
+        return cls([await state.materialize()], params)
+
+    def __iter__(self) -> Iterator[LazyTrieState]:
+        return iter(self.states)
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    @functools.cached_property
+    def logZ(self) -> float:  # noqa: N802 - genlm-bytes' name
+        """Log of the beam's total weight: the estimated log-probability of the bytes read."""
+        return logsumexp([s.weight for s in self.states])
+
+    # -- reading bytes ---------------------------------------------------------------
+
+    async def __lshift__(self, a: int) -> ByteBeamState:
+        """The beam after reading byte ``a`` (0-255) or ``EOS`` (257).
+
+        Raises:
+            InvalidByteError: ``a`` is not a byte or EOS.
+            EmptyBeamError: This beam is empty.
+        """
+        return await self._advance(a, pruned_next=False)
+
+    async def _advance(self, a: int, *, pruned_next: bool) -> ByteBeamState:
+        """``self << a``; with ``pruned_next``, candidates the next prune drops are left out."""
+        a = _check_byte(a)
+        if not self.states:
+            raise EmptyBeamError(
+                "cannot advance an empty beam: no tokenization of the bytes read so far "
+                "was kept (raise K, lower prune_threshold, or enable healing)"
+            )
+        known = [s for s in (state << a for state in self.states) if s is not None]
+        log_z = logsumexp([s.weight for s in known]) if known else -math.inf
+        extensions = await self._materialized_extensions(log_z, a if pruned_next else None, known)
+        for state in extensions:
+            advanced = state << a
+            if advanced is not None:
+                known.append(advanced)
+        beam = ByteBeamState(known, self.params)
+        if self.params.heal and not beam.states:
+            healed = await self._adaptive_heal(a)
+            if healed is not None:
+                if self.params.verbose:
+                    print("[heal] Applied adaptive token healing")
+                return healed
+        if self.params.verbose:
+            print()
+            print(beam)
+        return beam
+
+    async def logp_next(self) -> LazyByteProbs:
+        """Log-probabilities of the next byte (0-255), EOT (256, always -inf) and EOS (257).
+
+        Raises:
+            EmptyBeamError: The beam is empty.
+        """
+        if not self.states:
+            raise EmptyBeamError("Beam is empty: it has no candidate to predict the next byte")
+        extended = await self.extend(self.logZ)
+        rows = np.empty((len(self.states) + len(extended), 258))
+        for i, state in enumerate(self.states):
+            rows[i] = state.logp_next.ps
+            rows[i] += state.weight
+        rows[: len(self.states), EOT] = -np.inf  # a token ends only by being extended
+        for i, state in enumerate(extended, len(self.states)):
+            rows[i] = state.logp_next.ps
+            rows[i] += state.weight
+        logps = _logsumexp_columns(rows)
+        return LazyByteProbs(logps - logsumexp(logps))
+
+    async def extend(self, logZ: float) -> list[LazyTrieState]:  # noqa: N803 - genlm-bytes' name
+        """End the token of every candidate that can: the new states, materialized.
+
+        Extensions whose weight share (against ``logZ`` plus every extension's weight)
+        is at most ``prune_threshold`` are left out, unmaterialized.
+        """
+        return await self._materialized_extensions(logZ, None, [])
+
+    async def _materialized_extensions(
+        self, log_z: float, byte: int | None, known: list[LazyTrieState]
+    ) -> list[LazyTrieState]:
+        """The extensions above the threshold, materialized, in genlm-bytes' order.
+
+        With ``byte`` (the beam reads it next, and prunes right after), those the
+        prune is certain to drop given the ``known`` states are not computed.
+        """
+        candidates = [e for state in self.states for e in state.extend_all()]
+        for e in candidates:
+            log_z = np.logaddexp(log_z, e.weight)
+        threshold = self.params.log_prune_threshold
+        keep = [e for e in candidates if e.weight - log_z > threshold]
+        todo = [e for e in keep if not e.is_materialized]
+        if byte is not None and todo:
+            skipped = await self._skip_dropped(todo, byte, known, keep)
+            keep = [e for e in keep if id(e) not in skipped]
+            todo = [e for e in todo if id(e) not in skipped]
+        if todo:
+            await asyncio.gather(*(e.materialize() for e in todo))
+        return keep
+
+    async def _skip_dropped(
+        self,
+        todo: list[LazyTrieState],
+        byte: int,
+        known: list[LazyTrieState],
+        keep: list[LazyTrieState],
+    ) -> set[int]:
+        """Ids of the ``todo`` candidates the next prune drops whatever their masses."""
+        k, threshold = self.params.K, self.params.log_prune_threshold
+        exact = [s.weight for s in known]
+        for e in keep:
+            if e.is_materialized and (advanced := e << byte) is not None:
+                exact.append(advanced.weight)
+        dropped = certainly_dropped([e.weight for e in todo], exact, k, threshold)
+        skipped = [e for e, drop in zip(todo, dropped, strict=True) if drop]
+        if not skipped:
+            return set()
+        rest = [e for e, drop in zip(todo, dropped, strict=True) if not drop]
+        await asyncio.gather(*(e.materialize() for e in rest))
+        exact += [adv.weight for e in rest if (adv := e << byte) is not None]
+        bounds = [e.weight for e in skipped]
+        if not exact or not decisions_unchanged(exact, bounds, threshold):
+            return set()  # leaving them out could change the beam: compute them too
+        return {id(e) for e in skipped}
+
+    def prune(self) -> ByteBeamState:
+        """The ``K`` heaviest candidates whose share of the beam exceeds ``prune_threshold``."""
+        threshold, log_z = self.params.log_prune_threshold, self.logZ
+        kept = [s for s in self.states if s.weight - log_z > threshold][: self.params.K]
+        return ByteBeamState(kept, self.params)
+
+    def with_mode(self, mode: Any) -> ByteBeamState:
+        """The same beam with every candidate in trie mode ``mode``."""
+        return ByteBeamState([s.with_mode(mode) for s in self.states], self.params)
+
+    async def prefill(self, bs: Any) -> ByteBeamState:
+        """The beam after reading the bytes ``bs`` (EOS tokens are ordinary tokens meanwhile).
+
+        Equivalent to ``beam = await (beam.prune() << b)`` for each byte, in the
+        ``WITHOUT_EOS`` mode. Faster: the model is asked for the text's likely
+        tokenizations in one or two forwards first, and candidates that the next
+        prune drops are never computed.
+        """
+        from genlm_core.bytes.byte_lm.prefill import WINDOW_BYTES, read_ahead
+
+        data = _as_bytes(bs)
+        beam = self.with_mode(TrieMode.WITHOUT_EOS)
+        last = len(data) - 1
+        for start in range(0, len(data), WINDOW_BYTES):
+            end = min(len(data), start + WINDOW_BYTES)
+            await read_ahead(beam.prune(), data[start:end])
+            for i in range(start, end):
+                beam = await beam.prune()._advance(data[i], pruned_next=i < last)
+        return beam.with_mode(TrieMode.WITH_EOS)
+
+    async def cleanup(self) -> None:
+        """Stop the batching of a trie this beam does not share (shared tries live on)."""
+        for trie in {id(s.trie): s.trie for s in self.states}.values():
+            if not _is_shared(trie):
+                await trie.cleanup()
+
+    async def _adaptive_heal(self, next_byte: int) -> ByteBeamState | None:
+        """A one-candidate beam that read ``next_byte`` by re-tokenizing, or None."""
+        healer = TokenHealer(
+            max_backoff=self.params.heal_max_backoff,
+            max_splits=self.params.heal_max_splits,
+            verbose=self.params.verbose,
+        )
+        for state in self.states:
+            healed = await healer.try_heal(state, next_byte)
+            if healed is not None:
+                return ByteBeamState([healed], self.params)
+        return None
+
+    def __repr__(self) -> str:
+        lines = [f"Z: {self.logZ}", "Candidates:"]
+        for state in self.states:
+            share = math.exp(state.weight - self.logZ) if self.states else 0.0
+            mark = "" if share > self.params.prune_threshold else "  (below prune_threshold)"
+            lines.append(f"({share:.4f}) {state!r}{mark}")
+        return "\n".join(lines) + "\n"
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _check_byte(a: Any) -> int:
+    if (
+        isinstance(a, bool)
+        or not isinstance(a, numbers.Integral)
+        or not (0 <= a <= 255 or a == EOS)
+    ):
+        raise InvalidByteError(
+            f"a beam reads bytes 0-255 or EOS ({EOS}), got {a!r}; for text, feed "
+            f"text.encode('utf-8') to prefill(), or its bytes one by one"
+        )
+    return int(a)
+
+
+def _logsumexp_columns(rows: np.ndarray) -> np.ndarray:
+    """``log(sum(exp(rows), axis=0))``, -inf for all -inf columns."""
+    top = rows.max(axis=0)
+    shift = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.exp(rows - shift).sum(axis=0)) + shift
+
+
+# -- tries shared by beams -------------------------------------------------------------
+
+_TRIES: weakref.WeakKeyDictionary[Any, dict[Hashable, AsyncTokenByteTrie]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_trie(
+    llm: Any, eos_byte_strings: set[bytes], trie_opts: dict[str, Any] | None = None
+) -> AsyncTokenByteTrie:
+    """The ``AsyncTokenByteTrie`` of ``llm``'s vocabulary for these options.
+
+    Built once per model and options and shared by every beam over them, so beams in
+    flight together (SMC particles) also share the trie's batching: their masses come
+    from one kernel call per step. Options that cannot be a dict key get their own trie.
+    """
+    opts = dict(trie_opts or {})
+    opts["eos_byte_strings"] = set(eos_byte_strings)
+    try:
+        key: Hashable | None = frozenset(
+            (name, frozenset(v) if isinstance(v, set) else _hashable(v)) for name, v in opts.items()
+        )
+        per_model = _TRIES.setdefault(llm, {})
+    except TypeError:  # unhashable options, or a model that takes no weak reference
+        key, per_model = None, {}
+    trie = per_model.get(key) if key is not None else None
+    if trie is None:
+        trie = AsyncTokenByteTrie.from_vocab(llm.byte_vocab, **opts)
+        if key is not None:
+            per_model[key] = trie
+    return trie
+
+
+def _hashable(value: Any) -> Hashable:
+    if isinstance(value, list):
+        return tuple(value)
+    hash(value)  # raises TypeError for what cannot be a key
+    return value
+
+
+def _is_shared(trie: Any) -> bool:
+    return any(trie is t for tries in _TRIES.values() for t in tries.values())

@@ -1,0 +1,186 @@
+"""``StatefulTokenizedLM`` (a token context over an AsyncLM) and ``StatefulByteLM``.
+
+``StatefulByteLM`` is the abstract byte-level LM with genlm-bytes' ``greedy`` and
+``sample`` loops; :class:`~genlm_core.bytes.ByteBeamState` implements it.
+"""
+
+from __future__ import annotations
+
+import numbers
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from genlm_core.bytes.display import escape
+from genlm_core.bytes.errors import InvalidByteError, MissingStartTokenError
+from genlm_core.bytes.probs import EOS
+from genlm_core.errors import InvalidTokenIdsError
+
+__all__ = ["StatefulByteLM", "StatefulTokenizedLM", "sample_dict", "start_token_id"]
+
+
+def start_token_id(tokenizer: Any) -> int:
+    """The token a context starts with: the tokenizer's BOS, else its EOS.
+
+    genlm-bytes uses ``bos_token_id`` and breaks on tokenizers without one (Qwen);
+    such models are trained with the EOS token between documents.
+
+    Raises:
+        MissingStartTokenError: The tokenizer has neither.
+    """
+    for name in ("bos_token_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            return value
+    raise MissingStartTokenError(
+        f"{type(tokenizer).__name__} has no bos_token_id and no eos_token_id to start the "
+        f"context with; pass initial_context=[...] (token ids) to StatefulTokenizedLM.initial"
+    )
+
+
+class StatefulTokenizedLM:
+    """An immutable token context over an AsyncLM: ``state << token`` is a new state.
+
+    Args:
+        model: The token-level language model (any AsyncLM).
+        context: Token ids of the context (a list).
+        n_calls: Model calls made along this context (kept from genlm-bytes).
+        max_context_length: Keep only the last ``max_context_length`` tokens.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        context: list[int],
+        n_calls: int = 0,
+        max_context_length: int | None = None,
+    ) -> None:
+        self.model = model
+        self.context = context
+        self._n_calls = n_calls
+        self.max_context_length = max_context_length
+
+    @classmethod
+    def initial(
+        cls,
+        model: Any,
+        initial_context: Sequence[int] | None = None,
+        max_context_length: int | None = None,
+    ) -> StatefulTokenizedLM:
+        """A state at ``initial_context`` (default: ``[start_token_id(tokenizer)]``)."""
+        if initial_context is None:
+            initial_context = [start_token_id(model.tokenizer)]
+        return cls(model, list(initial_context), max_context_length=max_context_length)
+
+    def __lshift__(self, token: int) -> StatefulTokenizedLM:
+        """The state after appending ``token`` (the context is trimmed to the maximum)."""
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+            raise InvalidTokenIdsError(f"a token id must be an int, got {token!r}")
+        context = self.context
+        limit = self.max_context_length
+        if limit is not None and len(context) >= limit:
+            context = context[len(context) - limit + 1 :] if limit > 1 else []
+        return StatefulTokenizedLM(
+            self.model, [*context, int(token)], self._n_calls, self.max_context_length
+        )
+
+    async def logp_next(self) -> Any:
+        """The model's next-token log-probabilities after this context (a torch tensor)."""
+        self._n_calls += 1
+        return await self.model.next_token_logprobs(self.context)
+
+    def __repr__(self) -> str:
+        vocab = self.model.byte_vocab
+        return "|".join(escape(bytes(vocab[x])) for x in self.context)
+
+
+def sample_dict(probs: Mapping[Any, float]) -> Any:
+    """A key of ``probs`` drawn in proportion to its value (numpy's global generator).
+
+    The inverse-CDF draw of genlm-bytes' default sampler (arsenal's ``sample_dict``).
+    """
+    keys = list(probs.keys())
+    cdf = np.cumsum(np.fromiter(probs.values(), dtype=np.float64, count=len(keys)))
+    return keys[int(cdf.searchsorted(np.random.uniform(0, 1) * cdf[-1]))]
+
+
+class StatefulByteLM(ABC):
+    """A byte-level language model whose state advances one byte at a time."""
+
+    @abstractmethod
+    async def __lshift__(self, b: int) -> StatefulByteLM:
+        """The state after byte ``b``."""
+
+    def prune(self) -> StatefulByteLM:
+        """The state with unlikely candidates dropped (subclasses define how)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement prune()")
+
+    @abstractmethod
+    async def logp_next(self) -> Any:
+        """Log-probabilities of the next byte, EOT and EOS (a ``LazyByteProbs``)."""
+
+    async def prefill(self, bs: Any) -> StatefulByteLM:
+        """The state after the bytes ``bs`` (default: one ``prune() << b`` per byte)."""
+        state = self
+        for b in bs:
+            state = await (state.prune() << b)
+        return state
+
+    async def greedy(self, context: Any, steps: int) -> bytes:
+        """``context`` followed by ``steps`` most likely bytes (fewer if EOS comes first).
+
+        Args:
+            context: The bytes to condition on (prefilled first).
+            steps: Bytes to generate.
+        """
+        return await self._generate(context, steps, lambda probs: probs.argmax())
+
+    async def sample(
+        self, context: Any, steps: int, draw: Callable[[Any], Any] = sample_dict
+    ) -> bytes:
+        """``context`` followed by ``steps`` sampled bytes (fewer if EOS is drawn).
+
+        Args:
+            context: The bytes to condition on (prefilled first).
+            steps: Bytes to generate.
+            draw: Picks a key from a ``Chart`` of probabilities (bytes 0-255, ``None``
+                for EOT, 257 for EOS); default: in proportion to the probabilities.
+        """
+        return await self._generate(
+            context, steps, lambda probs: draw(probs.materialize().map_values(np.exp))
+        )
+
+    async def _generate(self, context: Any, steps: int, choose: Callable[[Any], Any]) -> bytes:
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
+            raise InvalidByteError(f"steps must be an integer >= 0, got {steps!r}")
+        out = list(_as_bytes(context))
+        state = await self.prefill(out)
+        for _ in range(steps):
+            b = choose(await state.logp_next())
+            if b == EOS or b is None:  # the end of the sequence (EOT cannot be generated)
+                break
+            state = await (state.prune() << b)
+            out.append(b)
+        return bytes(out)
+
+    async def cleanup(self) -> None:  # noqa: B027 - optional hook
+        """Release what the state holds (default: nothing)."""
+
+
+def _as_bytes(data: Any) -> bytes:
+    """``data`` (bytes-like, or an iterable of ints 0-255) as bytes, or a clear error."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    if isinstance(data, str):
+        raise InvalidByteError(
+            f"expected bytes, got the str {data[:40]!r}; encode it first: text.encode('utf-8')"
+        )
+    try:
+        return bytes(data)
+    except (TypeError, ValueError) as exc:
+        raise InvalidByteError(
+            f"expected bytes or a sequence of ints 0-255, got {type(data).__name__} "
+            f"{data!r:.80} ({exc})"
+        ) from None

@@ -1,0 +1,156 @@
+"""Read-ahead for ``ByteBeamState.prefill``: the model calls of a known text, batched.
+
+Reading a text byte by byte, the beam asks the model for the next-token distribution
+whenever a candidate ends a token, one context at a time: genlm-bytes makes one
+sequential forward per call (64 for 219 bytes of English on SmolLM2, each a batch of
+one). The text is known in advance, so most of those contexts are too:
+
+1. **Its tokenization.** The tokenizer's own tokenization of the text, after the
+   heaviest candidate's context, is the path the beam mostly follows (47 of those 64
+   calls). One ``prefix_next_token_logprobs`` call computes every distribution along
+   it in one forward.
+2. **One-token detours.** At each boundary of that path the beam may also end a
+   shorter (or longer) token that spells the next bytes, when that token is likely
+   enough against the path's (16 of the 64 calls, each the path plus one token).
+   With the path's distributions known, those likely enough are asked for in one
+   batched call: one more forward, each row one new token on a cached prefix.
+
+This only warms the model's caches; the beam then reads the bytes exactly as before,
+and whatever it asks that was not foreseen is computed then. Long texts go window
+by window, so the rows kept stay bounded.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+__all__ = ["WINDOW_BYTES", "canonical_tokens", "read_ahead"]
+
+#: Bytes read ahead at once (the forward of one window keeps every position's logits).
+WINDOW_BYTES = 512
+#: Most detour contexts asked for per window, the likeliest first.
+MAX_DETOURS = 64
+#: A detour is asked for when its token's probability is at least this share of the
+#: path's token's, times the beam's prune threshold (or this alone without one).
+DETOUR_SLACK = 0.25
+DETOUR_FLOOR = 1e-3
+
+
+async def read_ahead(beam: Any, text: bytes) -> None:
+    """Warm the model's caches with the calls ``beam`` will likely make reading ``text``.
+
+    Does nothing for models or token states it does not know how to ask (then the
+    beam simply computes each call when it comes).
+    """
+    if not beam.states or not text:
+        return
+    state = beam.states[0]  # the heaviest candidate
+    lm_state = state.lm_state
+    model = getattr(lm_state, "model", None)
+    context = getattr(lm_state, "context", None)
+    if model is None or not context or getattr(lm_state, "max_context_length", None):
+        return
+    trie = state.trie.trie
+    spelled = bytes(state.partial) + text
+    tokens = canonical_tokens(model, trie, spelled)
+    if not tokens:
+        return
+    sequence = [*context, *tokens]
+    rows = await _rows_along(model, sequence, start=len(context) - 1)
+    detours = _likely_detours(trie, spelled, tokens, rows, beam.params.prune_threshold)
+    if detours:
+        n = len(context)
+        await model.batch_next_token_logprobs([[*sequence[: n + j], t] for j, t in detours])
+
+
+async def _rows_along(model: Any, sequence: list[int], start: int) -> torch.Tensor:
+    prefix = getattr(model, "prefix_next_token_logprobs", None)
+    if prefix is not None:
+        return await prefix(sequence, start=start)
+    return await model.batch_next_token_logprobs(
+        [sequence[: i + 1] for i in range(start, len(sequence))]
+    )
+
+
+def _likely_detours(
+    trie: Any, spelled: bytes, tokens: list[int], rows: torch.Tensor, prune_threshold: float
+) -> list[tuple[int, int]]:
+    """``(boundary j, token)`` of likely one-token detours from the path, likeliest first.
+
+    At boundary ``j`` (after ``tokens[:j]``) the path's next token is ``tokens[j]``;
+    a detour is another token spelling the text's next bytes, asked for when its
+    log-probability is within ``log(share)`` of the path token's.
+    """
+    share = DETOUR_SLACK * prune_threshold if prune_threshold > 0 else DETOUR_FLOOR
+    log_share = math.log(share)
+    found: list[tuple[float, int, int]] = []
+    position = 0
+    for j, token in enumerate(tokens):
+        logps = rows[j]
+        floor = logps[token].item() + log_share
+        for other in _tokens_spelling_prefixes(trie, spelled, position):
+            if other != token and (gap := logps[other].item()) > floor:
+                found.append((gap - floor, j, other))
+        position += len(trie.decode[token])
+    found.sort(reverse=True)
+    return [(j, t) for _, j, t in found[:MAX_DETOURS]]
+
+
+def _tokens_spelling_prefixes(trie: Any, spelled: bytes, position: int) -> list[int]:
+    """Ids of the tokens whose bytes are a non-empty prefix of ``spelled[position:]``."""
+    children, sentinel = trie.children, trie.eot_sentinel
+    node, out = trie.root, []
+    for b in spelled[position:]:
+        node = children[node].get(b)
+        if node is None:
+            break
+        out.extend(key[1] for key in children[node] if type(key) is tuple and key[0] == sentinel)
+    return out
+
+
+def canonical_tokens(model: Any, trie: Any, spelled: bytes) -> list[int]:
+    """A tokenization spelling exactly ``spelled``, as the model's tokenizer would cut it.
+
+    The tokenizer encodes the longest valid UTF-8 prefix; when its tokens do not spell
+    those bytes (SentencePiece's added leading space, normalisation) or for the
+    undecodable rest, tokens are cut greedily, longest first, along the trie.
+    """
+    try:
+        text, rest = spelled.decode("utf-8"), b""
+    except UnicodeDecodeError as exc:
+        text, rest = spelled[: exc.start].decode("utf-8"), spelled[exc.start :]
+    tokens: list[int] = []
+    if text:
+        encode = getattr(getattr(model, "tokenizer", None), "encode", None)
+        try:
+            tokens = list(encode(text, add_special_tokens=False)) if encode else []
+        except Exception:  # noqa: BLE001 - a tokenizer's failure only costs the read-ahead
+            tokens = []
+        vocab = model.byte_vocab
+        if b"".join(bytes(vocab[t]) for t in tokens) != text.encode("utf-8"):
+            tokens = _longest_first(trie, text.encode("utf-8"))
+    return tokens + _longest_first(trie, rest)
+
+
+def _longest_first(trie: Any, data: bytes) -> list[int]:
+    """Greedy longest-match tokens spelling ``data`` (stops where no token matches)."""
+    children, sentinel = trie.children, trie.eot_sentinel
+    tokens: list[int] = []
+    position = 0
+    while position < len(data):
+        node, best = trie.root, None
+        for length, b in enumerate(data[position:], 1):
+            node = children[node].get(b)
+            if node is None:
+                break
+            ids = [key[1] for key in children[node] if type(key) is tuple and key[0] == sentinel]
+            if ids:
+                best = (length, ids[0])
+        if best is None:
+            break
+        tokens.append(best[1])
+        position += best[0]
+    return tokens

@@ -1,0 +1,92 @@
+"""``LazyByteProbs``: a next-byte distribution over 258 outcomes, and ``logsumexp``.
+
+Index ``b`` (0-255) is byte ``b``, 256 is end-of-token (EOT, also reached as
+``probs[None]``) and 257 is end-of-sequence (``EOS``). Kept from genlm-bytes 0.2.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from genlm_core.bytes.errors import InvalidByteError, InvalidByteProbsError
+
+__all__ = ["EOS", "EOT", "LazyByteProbs", "logsumexp"]
+
+EOT = 256  #: index of end-of-token
+EOS = 257  #: index (and virtual byte) of end-of-sequence
+
+
+class LazyByteProbs:
+    """(Log-)probabilities of the next byte, EOT and EOS, as one 258-entry vector.
+
+    Args:
+        ps: 258 values: bytes 0-255, EOT (256), EOS (257).
+        log_space: Whether ``ps`` are log-probabilities (default) or probabilities.
+
+    Raises:
+        InvalidByteProbsError: ``ps`` does not have 258 entries.
+    """
+
+    def __init__(self, ps: Any, log_space: bool = True) -> None:
+        if len(ps) != 258:
+            raise InvalidByteProbsError(
+                f"LazyByteProbs needs 258 values (256 bytes, EOT, EOS), got {len(ps)}"
+            )
+        self.ps = ps
+        self.log_space = log_space
+
+    def __getitem__(self, b: int | None) -> Any:
+        """The value of byte ``b`` (0-255), EOT (``None`` or 256) or EOS (257).
+
+        Raises:
+            InvalidByteError: ``b`` is not one of those.
+        """
+        if b is None:
+            return self.ps[EOT]
+        if not 0 <= b <= EOS:
+            raise InvalidByteError(
+                f"Invalid index: {b}. Must be between 0 and 257, or None for EOT."
+            )
+        return self.ps[b]
+
+    def materialize(self) -> Any:
+        """The distribution as a :class:`~genlm_core.bytes.Chart`: keys 0-255, None (EOT), 257."""
+        from genlm_core.bytes.chart import Chart
+
+        chart = Chart(-np.inf if self.log_space else 0)
+        values = self.ps.tolist() if hasattr(self.ps, "tolist") else list(self.ps)
+        chart.update(zip(range(256), values[:256], strict=True))
+        chart[None] = values[EOT]
+        chart[EOS] = values[EOS]
+        return chart
+
+    def pretty(self) -> Any:
+        """:meth:`materialize` keyed by one-byte ``bytes``, ``"EOT"`` and ``"EOS"``."""
+        return self.materialize().map_keys(
+            lambda x: bytes([x]) if isinstance(x, int) and 0 <= x <= 255 else _special(x)
+        )
+
+    def argmax(self) -> int | None:
+        """The most likely outcome as ``materialize().argmax()`` gives it (first on ties)."""
+        i = int(np.argmax(np.asarray(self.ps)))
+        return None if i == EOT else i
+
+    def __repr__(self) -> str:
+        return f"LazyByteProbs(log_space={self.log_space}, argmax={self.argmax()!r})"
+
+
+def _special(x: Any) -> str:
+    return "EOS" if x == EOS else "EOT"
+
+
+def logsumexp(arr: Iterable[float]) -> float:
+    """``log(sum(exp(arr)))`` without overflow, in float64; ``-inf`` for an empty input."""
+    a = np.asarray(arr, dtype=np.float64)
+    a = a[a > -np.inf]
+    if a.size == 0:
+        return -np.inf
+    m = a.max()
+    return float(np.log(np.exp(a - m).sum()) + m)

@@ -1,0 +1,7 @@
+"""genlm-bytes' ``genlm.bytes.util`` names (import path kept)."""
+
+from genlm_core.bytes.chart import Chart
+from genlm_core.bytes.display import escape, format_byte, format_table
+from genlm_core.bytes.probs import LazyByteProbs, logsumexp
+
+__all__ = ["Chart", "LazyByteProbs", "escape", "format_byte", "format_table", "logsumexp"]
