@@ -249,4 +249,6 @@ class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
             masses = self.trie.batch_weight_sum(ws, mode=mode).numpy()
             with np.errstate(divide="ignore"):
                 return [np.log(row, dtype=np.float64) for row in masses]
-        return self.trie.batch_weight_max(batch)
+        if kind == "max":
+            return self.trie.batch_weight_max(batch)
+        raise ValueError(f"unknown trie operation {kind!r}; expected 'sum', 'logsum' or 'max'")

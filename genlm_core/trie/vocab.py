@@ -83,11 +83,15 @@ def _outside_stacklevel() -> int:
     return level
 
 
-def warn_plain_bytes() -> None:
-    """Warn (pointing at the user's call) that plain bytes vocabularies are deprecated."""
+def warn_plain_bytes(trie: str = "a token trie") -> None:
+    """Warn (pointing at the user's call) that plain bytes vocabularies are deprecated.
+
+    Args:
+        trie: The class named in the message (genlm-bytes' warning names TokenByteTrie).
+    """
     stacklevel = _outside_stacklevel()
     warnings.warn(
-        "Passing plain bytes to a token trie is deprecated: pass Token objects "
+        f"Passing plain bytes to {trie} is deprecated: pass Token objects "
         "(genlm_core.tokenization.decode_vocab returns them), so several token ids "
         "may spell the same bytes.",
         DeprecationWarning,
