@@ -2,8 +2,8 @@
 
 The model is MockAsyncLM over GPT-2's tokenizer: pseudo-random next-token
 distributions, so the beam meets many tokenizations, prunes, heals and empties.
-See ``reference.py`` for why genlm-bytes is compared with exact sums (1e-5) and, as
-shipped, at the tolerance its float32 sums allow.
+See ``tests/shared/genlm_bytes_reference.py`` for why genlm-bytes is compared with
+exact sums (1e-5) and, as shipped, at the tolerance its float32 sums allow.
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from genlm_bytes_reference import TEXTS, exact_sums, max_deviation, their_beam
 from transformers import AutoTokenizer
 
 import genlm_core.bytes as ours
 from genlm_core.testing import MockAsyncLM
 from genlm_core.testing.assets import tokenizer_dir
-
-from .reference import TEXTS, exact_sums, max_deviation, their_beam
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")  # inside genlm-bytes
 
