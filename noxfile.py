@@ -171,6 +171,9 @@ def _backend_session(backend: str) -> None:
         session.env.update(TEST_ENV)
         install_core(session, "assets")
         install_backend(session, backend)
+        if backend == "hf":
+            # The byte-level LM's agreement tests run genlm-bytes on genlm-backend.
+            session.install(*REFERENCE)
         if backend != "hf" and ships_model_class(backend):
             # genlm-hf is what its log-probs (and LoRA adapters: peft) are checked against.
             session.install("-e", f"{plugin_dir('hf')}[peft]")
@@ -188,7 +191,7 @@ for _backend in BACKENDS:
 #: transformers<5.20; genlm-backend's AsyncMlxLM needs mlx-lm<0.32), and each backend is
 #: raced against its reference in the venv the reference runs in.
 BENCH_STACKS = {
-    "core": ("bench_batcher", "bench_decode_vocab", "bench_trie", "bench_hf"),
+    "core": ("bench_batcher", "bench_decode_vocab", "bench_trie", "bench_hf", "bench_bytes"),
     "mlx": ("bench_mlx",),
     "vllm": ("bench_vllm",),
 }
