@@ -1,8 +1,8 @@
 """Test, lint, benchmark and demo sessions.
 
 ``nox`` runs the default sessions, which is what the README's test command and CI
-run: lint, core, plugin-author, hf, vllm, mlx, sgl. ``nox -s bench [-- --quick]``
-and ``nox -s demo`` run only when named.
+run: lint, core, plugin-author, hf, vllm, mlx, sgl. ``nox -s bench [-- --quick]``,
+``nox -s demo`` and ``nox -s demo-bytes`` run only when named.
 
 * Every session that installs torch installs ``torch==2.13.0`` first, so no later
   requirement can pull another (multi-GB CUDA) build: with this machine's pip
@@ -223,3 +223,12 @@ def demo(session: nox.Session) -> None:
     install_core(session, "assets", test=False)
     install_plugins(session, *BACKENDS)
     session.run("python", "examples/demo.py", *session.posargs)
+
+
+@nox.session(name="demo-bytes", default=False)
+def demo_bytes(session: nox.Session) -> None:
+    """Byte-level generation from SmolLM2: a mid-word prompt, a lipogram (genlm_core.bytes)."""
+    session.env.update(OFFLINE)
+    install_core(session, "assets", test=False)
+    install_plugins(session, "hf")
+    session.run("python", "examples/bytes_demo.py", *session.posargs)
