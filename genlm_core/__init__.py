@@ -25,6 +25,7 @@ _EXPORTS = {
     "AsyncLMBase": "genlm_core.lm",
     "BatchedAsyncLM": "genlm_core.lm",
     "Request": "genlm_core.lm",
+    "PrefixRequest": "genlm_core.lm",
     # loading
     "load_model_by_name": "genlm_core.loading",
     "list_backends": "genlm_core.loading",
@@ -74,6 +75,7 @@ __all__ = [
     "NoBackendAvailableError",
     "OutputCache",
     "PluginLoadError",
+    "PrefixRequest",
     "Request",
     "Token",
     "TokenByteTrie",
@@ -110,7 +112,7 @@ if TYPE_CHECKING:  # pragma: no cover
         UnknownLoraError,
         UnsupportedTokenizerError,
     )
-    from genlm_core.lm import AsyncLM, AsyncLMBase, BatchedAsyncLM, Request
+    from genlm_core.lm import AsyncLM, AsyncLMBase, BatchedAsyncLM, PrefixRequest, Request
     from genlm_core.loading import list_backends, load_model_by_name, resolve_backend
     from genlm_core.testing.mock import MockAsyncLM
     from genlm_core.tokenization import Token, decode_vocab

@@ -22,6 +22,7 @@ EXPECTED = [
     "NoBackendAvailableError",
     "OutputCache",
     "PluginLoadError",
+    "PrefixRequest",
     "Request",
     "Token",
     "UnknownBackendError",

@@ -19,12 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
 from genlm_core.bytes.display import escape
 from genlm_core.bytes.errors import NotMaterializedError
 from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs
 from genlm_core.trie.byte_trie import TrieMode
 
-__all__ = ["EOS", "LazyTrieState", "TrieMode"]
+__all__ = ["EOS", "LazyTrieState", "StatefulTokenizedLM", "TrieMode"]
 
 
 class LazyTrieState:
@@ -64,8 +65,6 @@ class LazyTrieState:
     @classmethod
     def initial(cls, lm: Any, trie: Any, mode: Any = TrieMode.WITH_EOS) -> LazyTrieState:
         """The state at the trie's root after the model's start token, weight 0."""
-        from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
-
         return cls(
             lm_state=StatefulTokenizedLM.initial(lm),
             trie=trie,
