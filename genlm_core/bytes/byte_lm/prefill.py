@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from genlm_core.errors import InvalidTokenIdsError
+
 __all__ = ["WINDOW_BYTES", "canonical_tokens", "read_ahead"]
 
 #: Bytes read ahead at once (the forward of one window keeps every position's logits).
@@ -59,8 +61,12 @@ async def read_ahead(beam: Any, text: bytes) -> None:
     if not tokens:
         return
     sequence = [*context, *tokens]
-    rows = await _rows_along(model, sequence, start=len(context) - 1)
-    detours = _likely_detours(trie, spelled, tokens, rows, beam.params.prune_threshold)
+    try:
+        rows = await _rows_along(model, sequence, start=len(context) - 1)
+    except InvalidTokenIdsError:
+        return  # past the model's context: the beam meets (and reports) it where it is
+    lengths = [len(model.byte_vocab[t]) for t in tokens]
+    detours = _likely_detours(trie, spelled, tokens, lengths, rows, beam.params.prune_threshold)
     if detours:
         n = len(context)
         await model.batch_next_token_logprobs([[*sequence[: n + j], t] for j, t in detours])
@@ -76,7 +82,12 @@ async def _rows_along(model: Any, sequence: list[int], start: int) -> torch.Tens
 
 
 def _likely_detours(
-    trie: Any, spelled: bytes, tokens: list[int], rows: torch.Tensor, prune_threshold: float
+    trie: Any,
+    spelled: bytes,
+    tokens: list[int],
+    lengths: list[int],
+    rows: torch.Tensor,
+    prune_threshold: float,
 ) -> list[tuple[int, int]]:
     """``(boundary j, token)`` of likely one-token detours from the path, likeliest first.
 
@@ -88,13 +99,13 @@ def _likely_detours(
     log_share = math.log(share)
     found: list[tuple[float, int, int]] = []
     position = 0
-    for j, token in enumerate(tokens):
+    for j, (token, length) in enumerate(zip(tokens, lengths, strict=True)):
         logps = rows[j]
         floor = logps[token].item() + log_share
         for other in _tokens_spelling_prefixes(trie, spelled, position):
             if other != token and (gap := logps[other].item()) > floor:
                 found.append((gap - floor, j, other))
-        position += len(trie.decode[token])
+        position += length
     found.sort(reverse=True)
     return [(j, t) for _, j, t in found[:MAX_DETOURS]]
 
