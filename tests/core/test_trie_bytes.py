@@ -179,3 +179,30 @@ async def test_async_byte_trie_from_vocab_passes_options():
     masses = await async_trie.weight_sum(torch.tensor([0.4, 0.6]), TrieMode.WITH_EOS)
     assert masses[async_trie.trie.eos_node] == pytest.approx(0.6)
     await async_trie.cleanup()
+
+
+async def test_log_weight_sum_is_the_log_of_the_sums_batched_and_owned():
+    vocab = [Token(0, b"a"), Token(1, b"<eos>"), Token(2, b"ab"), Token(3, b"b")]
+    trie = TokenByteTrie(vocab, eos_byte_strings={b"<eos>"})
+    async_trie = AsyncTokenByteTrie(trie)
+    logps = [
+        torch.log_softmax(torch.randn(4, generator=torch.Generator().manual_seed(i)), 0)
+        for i in range(3)
+    ]
+    modes = [None, TrieMode.WITH_EOS, TrieMode.WITH_EOS]
+    logps[0][3] = -float("inf")  # a token of probability 0: its leaf's log-mass is -inf
+    outs = await asyncio.gather(
+        *(async_trie.log_weight_sum(lp, m) for lp, m in zip(logps, modes, strict=True))
+    )
+    for lp, mode, out in zip(logps, modes, outs, strict=True):
+        want = torch.log(trie.weight_sum(torch.exp(lp).double(), mode)).numpy()
+        assert out.dtype == np.float64 and out.base is None  # its own array, not a batch view
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+    leaf_b = trie.token_id_to_leaf[3][1]
+    assert outs[0][leaf_b] == -np.inf
+    bad = torch.tensor([0.0, float("nan"), -1.0, -2.0])
+    results = await asyncio.gather(
+        async_trie.log_weight_sum(bad), async_trie.log_weight_sum(logps[1]), return_exceptions=True
+    )
+    assert isinstance(results[0], InvalidWeightsError) and isinstance(results[1], np.ndarray)
+    await async_trie.cleanup()

@@ -158,3 +158,15 @@ def test_bad_adapter_path(setup, tmp_path):
         lm.add_new_lora(str(tmp_path / "no-such-adapter"), "x")
     assert isinstance(info.value, OSError)
     assert lm.lora_names == []
+
+
+async def test_prefix_logprobs_under_an_adapter(setup):
+    lm, loaded, _, adapters = setup
+    lm.add_new_lora(adapters["a"], "a")
+    ids = PROMPTS[4][:12] + PROMPTS[1]
+    rows = await lm.prefix_next_token_logprobs(ids, lora_name="a")
+    base = await lm.prefix_next_token_logprobs(ids)
+    expected = merged_logprobs(loaded.path, adapters["a"], [ids[: i + 1] for i in range(len(ids))])
+    for row, exp, b in zip(rows, expected, base, strict=True):
+        torch.testing.assert_close(row, exp, atol=ATOL, rtol=0)
+        assert (row - b).abs().max().item() > 1e-2  # the adapter's rows, not the base model's
