@@ -219,14 +219,11 @@ def memory_child(prefill_bytes: int, steps: int) -> None:
     def point(label: str, done: int) -> None:
         gc.collect()
         info = lm.cache_info()
-        cached = (
-            info["kv"].pool_bytes + info["outputs"]["bytes"] + info["outputs"]["free_row_bytes"]
-        )
-        print(
-            json.dumps(
-                {"at": label, "steps": done, "rss": proc.memory_info().rss, "cached": cached}
-            )
-        )
+        outputs = info["outputs"]
+        # keys/values held (the pool is reserved whole; its untouched pages are not resident)
+        cached = info["kv"].bytes + outputs["bytes"] + outputs["free_row_bytes"]
+        rss = proc.memory_info().rss
+        print(json.dumps({"at": label, "steps": done, "rss": rss, "cached": cached}))
         sys.stdout.flush()
 
     async def main() -> None:
