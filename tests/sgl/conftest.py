@@ -188,6 +188,12 @@ class Server:
         self.log.close()
 
 
+@pytest.fixture
+def new_server(smollm2) -> Callable[[str], Server]:
+    """``new_server(log_path)``: start another SGLang server (the test stops it)."""
+    return lambda log_path: Server(smollm2, log_path)
+
+
 @pytest.fixture(scope="session")
 def server(smollm2, tmp_path_factory):
     """The session's SGLang server (stopped, with all its processes, at the end)."""

@@ -86,6 +86,26 @@ def test_load_use_cleanup_restart(smollm2):
         assert "pin_memory=True requires a CUDA" in report["lora_on_cpu"]
 
 
+def test_server_started_used_and_stopped_leaves_no_process(new_server, tmp_path):
+    """A server of its own on loopback: serve, clean up the client, stop every process."""
+    from genlm_sgl.server import AsyncSGLServerLM
+
+    server = new_server(str(tmp_path / "server.log"))
+    try:
+        pids = server.pids()
+        assert len(pids) >= 2  # the HTTP server and its scheduler (and detokenizer)
+        with AsyncSGLServerLM.from_url(server.url) as lm:
+            assert lm.next_token_logprobs_sync([1, 5, 6]).shape == (len(lm.byte_vocab),)
+        assert lm.closed and lm.client.http.is_closed
+    finally:
+        server.stop()
+    import psutil
+
+    alive = [pid for pid in pids if psutil.pid_exists(pid)]
+    alive = [p for p in alive if psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"server processes left after stop: {alive}"
+
+
 def test_wrapper_cleanup_keeps_shared_engine(make_lm):
     first, second = make_lm(), make_lm()
     first.cleanup()

@@ -45,6 +45,8 @@ class ServerClient:
         backoff: Seconds before the first retry; doubled after each.
         max_connections: Most concurrent calls (the connection pool's size).
         api_key: Sent as a bearer token when the server requires one.
+        transport: An httpx transport to send through (e.g. a Unix socket's); default
+            httpx's own.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class ServerClient:
         backoff: float = 0.5,
         max_connections: int = 4,
         api_key: str | None = None,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.retries = retries
@@ -68,6 +71,7 @@ class ServerClient:
                 max_connections=max_connections, max_keepalive_connections=max_connections
             ),
             headers=headers,
+            transport=transport,
         )
 
     # -- calls ------------------------------------------------------------------------
