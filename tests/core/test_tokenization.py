@@ -1,6 +1,6 @@
 """decode_vocab on real tokenizers of every supported family.
 
-Tokenizers come from ``genlm_core.testing.assets`` (registry packages, cached; no hub).
+Tokenizers come from ``genlm_core.assets`` (registry packages, cached; no hub).
 Each family is loaded once (module-scoped, parametrized fixture), so pytest runs all
 tests of one tokenizer before loading the next.
 """
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
+from genlm_core.assets import tokenizer_dir
 from genlm_core.errors import GenlmError, UnsupportedTokenizerError
-from genlm_core.testing.assets import tokenizer_dir
 from genlm_core.tokenization import (
     InvalidArgumentError,
     Token,

@@ -10,8 +10,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, SentencePieceBackend
 
+from genlm_core.assets import tokenizer_dir
 from genlm_core.errors import UnsupportedTokenizerError
-from genlm_core.testing.assets import tokenizer_dir
 from genlm_core.tokenization import decode_vocab, get_byte_vocab
 
 

@@ -34,7 +34,7 @@ EOS = EndOfSequence()
 def gpt2_vocab():
     from transformers import AutoTokenizer
 
-    from genlm_core.testing.assets import tokenizer_dir
+    from genlm_core.assets import tokenizer_dir
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir("gpt2-npm"))
     byte_vocab, _ = backend_decode_vocab(tokenizer)

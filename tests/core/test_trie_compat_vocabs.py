@@ -62,7 +62,7 @@ class Vocab:
 def vocab(request) -> Vocab:
     from transformers import AutoTokenizer
 
-    from genlm_core.testing.assets import tokenizer_dir
+    from genlm_core.assets import tokenizer_dir
 
     name = request.param
     tokens, _ = decode_vocab(AutoTokenizer.from_pretrained(tokenizer_dir(name)))

@@ -73,7 +73,7 @@ def test_empty_tokens_in_the_byte_trie_as_in_genlm_bytes():
 def cl100k_vocab() -> list[Token]:
     from transformers import AutoTokenizer
 
-    from genlm_core.testing.assets import tokenizer_dir
+    from genlm_core.assets import tokenizer_dir
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir("cl100k"))
     tokens, _ = decode_vocab(tokenizer, vocab_size=100_352)  # holes, then padding
