@@ -20,6 +20,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTokenIdsError",
     "ModelClosedError",
+    "ModelNotFoundError",
     "NoBackendAvailableError",
     "PluginLoadError",
     "UnknownBackendError",
@@ -78,6 +79,13 @@ class WorkerInitError(GenlmError, RuntimeError):
 
 class ModelClosedError(GenlmError, RuntimeError):
     """A language model was used after ``cleanup()``."""
+
+
+class ModelNotFoundError(GenlmError, OSError):
+    """A model name leads nowhere: no such directory, or a hub id that cannot load here.
+
+    An ``OSError``, like the one transformers raises for a model it cannot find.
+    """
 
 
 class InvalidArgumentError(GenlmError, ValueError):

@@ -49,7 +49,7 @@ def test_every_export_resolves():
 
 
 def test_errors_share_one_root_and_a_builtin():
-    builtins = (KeyError, ValueError, RuntimeError, TypeError, ImportError)
+    builtins = (KeyError, ValueError, RuntimeError, TypeError, ImportError, OSError)
     for name in errors.__all__:
         cls = getattr(errors, name)
         assert issubclass(cls, errors.GenlmError)

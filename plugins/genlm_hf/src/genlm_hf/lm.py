@@ -36,6 +36,7 @@ import torch
 from genlm_core.errors import ModelClosedError
 from genlm_core.heap import HeapTrimmer
 from genlm_core.lm import BatchedAsyncLM, Request
+from genlm_core.model_names import resolve_model_name
 from genlm_core.prefix_batching import plan_groups, shared_prefixes
 from genlm_core.validation import is_int_at_least
 from genlm_hf._forward import (
@@ -208,7 +209,8 @@ class AsyncTransformer(BatchedAsyncLM):
         inexact on CPUs); with CUDA, in the checkpoint's dtype on ``device_map="auto"``.
 
         Args:
-            model_id: Hub id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``) or local directory.
+            model_id: Hub id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``), local directory,
+                or an embedded model's name (``"smollm2-135m-instruct"``: no hub needed).
             bitsandbytes_opts: Options of ``transformers.BitsAndBytesConfig``
                 (e.g. ``{"load_in_4bit": True}``); needs bitsandbytes and, mostly, CUDA.
             hf_opts: Extra keyword arguments of ``AutoModelForCausalLM.from_pretrained``;
@@ -216,11 +218,14 @@ class AsyncTransformer(BatchedAsyncLM):
             **kwargs: Passed to :class:`AsyncTransformer`.
 
         Raises:
+            ModelNotFoundError: No such directory, or a hub id that cannot load here
+                (offline, hub unreachable, unknown); says what to do instead.
             ModelLoadError: The tokenizer or the model cannot be loaded.
             MissingDependencyError: ``bitsandbytes_opts`` given without bitsandbytes.
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        model_id = resolve_model_name(model_id)  # an embedded model's dir; fails fast offline
         opts: dict[str, Any] = {}
         if torch.cuda.is_available():
             opts.update(dtype="auto", device_map="auto")

@@ -23,6 +23,7 @@ import torch
 
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, Request, sampling_args
+from genlm_core.model_names import resolve_model_name
 from genlm_vllm._compat import check_version, shutdown_engine
 from genlm_vllm._engine import EngineRunner
 from genlm_vllm.errors import ModelLoadError
@@ -124,8 +125,10 @@ class AsyncVirtualLM(BatchedAsyncLM):
 
         Raises:
             InvalidArgumentError: ``engine_opts`` sets ``max_logprobs`` to anything but -1.
+            ModelNotFoundError: No such directory, or a hub id that cannot load here.
             ModelLoadError: vLLM could not start the engine.
         """
+        model_name = resolve_model_name(model_name)  # fails fast, before vLLM starts
         import vllm
 
         check_version(vllm.__version__)
