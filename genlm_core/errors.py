@@ -25,6 +25,7 @@ __all__ = [
     "PluginLoadError",
     "UnknownBackendError",
     "UnknownLoraError",
+    "UnknownTrieBackendError",
     "UnsupportedTokenizerError",
     "WorkerInitError",
 ]
@@ -39,6 +40,14 @@ class UnknownBackendError(GenlmError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class UnknownTrieBackendError(UnknownBackendError, ValueError):
+    """A trie implementation was requested by a name nobody registered.
+
+    Also a ``ValueError``, which is what genlm-backend raised for an unknown trie
+    backend, so ``except ValueError`` written for it keeps working.
+    """
 
 
 class BackendUnavailableError(GenlmError, RuntimeError):

@@ -31,7 +31,7 @@ __all__ = ["AsyncLMConformance"]
 
 
 class AsyncLMConformance:
-    """Invariants of the AsyncLM contract (ARCHITECTURE.md section 4)."""
+    """Invariants of the AsyncLM contract (docs/plugins.md, "Testing your plugin")."""
 
     #: Absolute tolerance when comparing results computed in different batch shapes.
     atol: float = 1e-5
