@@ -35,11 +35,24 @@ from genlm_core.errors import (
     ModelClosedError,
     UnknownLoraError,
 )
+from genlm_core.heap import HeapTrimmer
 from genlm_core.row_pool import RowPool
 from genlm_core.tokenization import Token, decode_vocab
 from genlm_core.validation import is_int_at_least
 
-__all__ = ["AsyncLM", "AsyncLMBase", "BatchedAsyncLM", "Request", "sampling_args"]
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "AsyncLM",
+    "AsyncLMBase",
+    "BatchedAsyncLM",
+    "Request",
+    "sampling_args",
+]
+
+#: Default byte budget of :class:`BatchedAsyncLM`'s output cache (256 MiB). An entry
+#: bound alone would let memory grow with the vocabulary: 4096 rows are 0.8 GiB for
+#: GPT-2's 50k tokens, 2 GiB for Llama-3's 128k.
+DEFAULT_CACHE_BYTES = 256 << 20
 
 
 @runtime_checkable
@@ -364,7 +377,8 @@ class BatchedAsyncLM(AsyncLMBase):
         max_wait: Seconds a batch may wait for more callers, counted from its first
             request. 0 dispatches as soon as the event loop has no more runnable callers.
         cache_size: Most cached outputs (0 disables the cache).
-        cache_bytes: Optional byte budget for cached outputs.
+        cache_bytes: Byte budget of the cached outputs (default
+            :data:`DEFAULT_CACHE_BYTES`); None bounds them by ``cache_size`` alone.
         timeout: genlm-backend's name for ``max_wait`` (accepted for migration).
         **kwargs: Passed to :class:`AsyncLMBase`.
     """
@@ -376,7 +390,7 @@ class BatchedAsyncLM(AsyncLMBase):
         batch_size: int = 64,
         max_wait: float = 0.0,
         cache_size: int = 4096,
-        cache_bytes: int | None = None,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
@@ -400,6 +414,9 @@ class BatchedAsyncLM(AsyncLMBase):
         #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
         #: pages instead of fresh ones (see :mod:`genlm_core.row_pool`).
         self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
+        #: Returns memory freed by batches (evicted rows, a backend's buffers) to the OS,
+        #: so that resident memory follows the cache budget (see :mod:`genlm_core.heap`).
+        self.heap_trimmer = HeapTrimmer(interval=0.5)
 
     @abstractmethod
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
@@ -434,6 +451,7 @@ class BatchedAsyncLM(AsyncLMBase):
             if self.cache is not None:
                 for req, out in zip(requests, outs, strict=True):
                     self.cache[req] = out
+        self.heap_trimmer.maybe_trim()
         return outs
 
     def _check_output(self, out: Any) -> None:

@@ -34,7 +34,6 @@ from typing import Any
 import torch
 
 from genlm_core.errors import ModelClosedError
-from genlm_core.heap import HeapTrimmer
 from genlm_core.lm import BatchedAsyncLM, Request
 from genlm_core.model_names import resolve_model_name
 from genlm_core.prefix_batching import plan_groups, shared_prefixes
@@ -187,8 +186,6 @@ class AsyncTransformer(BatchedAsyncLM):
         self._logprobs_workspace = Workspace(keep_bytes=reserve // 4)
         self.kv_cache = PrefixKVCache(kv_cache_bytes - keep - reserve)
         self._layout: KVLayout | None = None
-        # Freed forward buffers would otherwise stay resident above the budgets.
-        self.heap_trimmer = HeapTrimmer(interval=0.5)
         self.kv_reuse_off_reason = "kv_cache_bytes=0"
         if kv_cache_bytes > 0:
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
@@ -269,8 +266,7 @@ class AsyncTransformer(BatchedAsyncLM):
                 self._activate(lora_name)
                 results[lora_name] = self._compute(lora_name, prompts)
             outs = [results[req.lora_name][req.token_ids] for req in requests]
-        self.heap_trimmer.maybe_trim()
-        return outs
+        return outs  # the base class trims the heap of the buffers freed (heap_trimmer)
 
     def _compute(
         self, lora_name: str | None, prompts: list[tuple[int, ...]]
