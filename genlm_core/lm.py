@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import numbers
+import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -154,9 +155,9 @@ class AsyncLMBase(ABC):
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Log-probabilities for several prompts, stacked into ``(len(list), vocab)``."""
-        self._check_open()
+        reqs = self.make_requests(token_ids_list, lora_name)
         outs = await asyncio.gather(
-            *(self.next_token_logprobs(ids, lora_name=lora_name) for ids in token_ids_list)
+            *(self.next_token_logprobs(r.token_ids, lora_name=lora_name) for r in reqs)
         )
         return _stack(outs, len(self.byte_vocab))
 
@@ -164,8 +165,8 @@ class AsyncLMBase(ABC):
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Synchronous :meth:`batch_next_token_logprobs`."""
-        self._check_open()
-        outs = [self.next_token_logprobs_sync(ids, lora_name=lora_name) for ids in token_ids_list]
+        reqs = self.make_requests(token_ids_list, lora_name)
+        outs = [self.next_token_logprobs_sync(r.token_ids, lora_name=lora_name) for r in reqs]
         return _stack(outs, len(self.byte_vocab))
 
     # -- validation -------------------------------------------------------------
@@ -237,6 +238,39 @@ class AsyncLMBase(ABC):
         """Validate a call's arguments into a hashable :class:`Request`."""
         self._check_open()
         return Request(self.validate_token_ids(token_ids), self.validate_lora(lora_name))
+
+    def make_requests(
+        self,
+        token_ids_list: Sequence[Any],
+        lora_name: str | None = None,
+        *,
+        argument: str = "token_ids_list",
+    ) -> list[Request]:
+        """:meth:`make_request` for each prompt of a batch call.
+
+        Args:
+            token_ids_list: The prompts.
+            lora_name: The adapter of every prompt.
+            argument: The caller's name for ``token_ids_list``, used in errors.
+
+        Raises:
+            InvalidTokenIdsError: Naming which prompt of the batch is bad
+                (``token_ids_list[i]``) and why.
+        """
+        self._check_open()
+        if isinstance(token_ids_list, (str, bytes)) or not isinstance(token_ids_list, Iterable):
+            raise InvalidTokenIdsError(
+                f"{argument} must be a list of prompts (lists of token ids), got "
+                f"{type(token_ids_list).__name__} {token_ids_list!r:.80}"
+            )
+        lora = self.validate_lora(lora_name)
+        requests = []
+        for i, token_ids in enumerate(token_ids_list):
+            try:
+                requests.append(Request(self.validate_token_ids(token_ids), lora))
+            except InvalidTokenIdsError as exc:
+                raise InvalidTokenIdsError(f"{argument}[{i}]: {exc}") from None
+        return requests
 
     # -- LoRA -------------------------------------------------------------------
 
@@ -414,6 +448,8 @@ class BatchedAsyncLM(AsyncLMBase):
         #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
         #: pages instead of fresh ones (see :mod:`genlm_core.row_pool`).
         self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
+        self._batch_counts = [0, 0]  # compute_batch calls, requests they computed
+        self._batch_counts_lock = threading.Lock()  # the worker and sync callers count
         #: Returns memory freed by batches (evicted rows, a backend's buffers) to the OS,
         #: so that resident memory follows the cache budget (see :mod:`genlm_core.heap`).
         self.heap_trimmer = HeapTrimmer(interval=0.5)
@@ -440,6 +476,9 @@ class BatchedAsyncLM(AsyncLMBase):
 
     def _batch_fn(self, requests: list[Request]) -> list[torch.Tensor]:
         outs = list(self.compute_batch(requests))
+        with self._batch_counts_lock:
+            self._batch_counts[0] += 1
+            self._batch_counts[1] += len(requests)
         if len(outs) == len(requests):
             for i, out in enumerate(outs):
                 self._check_output(out)
@@ -502,7 +541,7 @@ class BatchedAsyncLM(AsyncLMBase):
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Log-probabilities for several prompts, submitted to the batcher together."""
-        reqs = [self.make_request(ids, lora_name) for ids in token_ids_list]
+        reqs = self.make_requests(token_ids_list, lora_name)
         if not reqs:
             return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32)
         outs: list[torch.Tensor | None] = [
@@ -519,7 +558,7 @@ class BatchedAsyncLM(AsyncLMBase):
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Synchronous batch, deduplicated and cached like the async path."""
-        reqs = [self.make_request(ids, lora_name) for ids in token_ids_list]
+        reqs = self.make_requests(token_ids_list, lora_name)
         if not reqs:
             return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32)
         results: dict[Request, torch.Tensor] = {}
@@ -553,6 +592,27 @@ class BatchedAsyncLM(AsyncLMBase):
         """
         if self.cache is not None:
             self.cache.clear()
+
+    def batch_info(self) -> dict[str, float]:
+        """How calls were batched since the model was made (or :meth:`reset_batch_info`).
+
+        Returns:
+            ``batches`` (calls of :meth:`compute_batch`), ``requests`` (distinct
+            requests they computed; cache hits and duplicates are not computed) and
+            ``mean_batch_size``.
+        """
+        with self._batch_counts_lock:
+            batches, requests = self._batch_counts
+        return {
+            "batches": batches,
+            "requests": requests,
+            "mean_batch_size": requests / batches if batches else 0.0,
+        }
+
+    def reset_batch_info(self) -> None:
+        """Start :meth:`batch_info`'s counts again from zero."""
+        with self._batch_counts_lock:
+            self._batch_counts[:] = [0, 0]
 
     def output_cache_info(self) -> dict[str, int]:
         """Entries and bytes of the output cache (zeros when off), and free row bytes kept."""

@@ -217,7 +217,9 @@ class AsyncVirtualLM(BatchedAsyncLM):
         Temperatures outside vLLM's range (:data:`VLLM_TEMPERATURES`) are sampled by the
         base class instead, token by token from :meth:`next_token_logprobs`.
         """
-        requests = [self.make_request(ids, lora_name) for ids in prompt_token_ids_list]
+        requests = self.make_requests(
+            prompt_token_ids_list, lora_name, argument="prompt_token_ids_list"
+        )
         eos_list = list(eos_token_ids)
         eos, _ = sampling_args(max_tokens, eos_list, temperature, seed)
         if not requests or max_tokens == 0:
