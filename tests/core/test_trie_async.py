@@ -182,7 +182,7 @@ def test_from_vocab_passes_constructor_arguments():
 
 
 def test_from_vocab_unknown_backend_lists_installed():
-    with pytest.raises(UnknownBackendError, match=r"unknown trie 'nope'; installed: .*numba"):
+    with pytest.raises(UnknownBackendError, match=r"unknown trie 'nope'. Installed: .*numba"):
         AsyncTokenCharacterTrie.from_vocab(VOCAB, backend="nope")
 
 
