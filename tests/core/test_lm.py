@@ -284,7 +284,7 @@ async def test_rows_of_dropped_outputs_are_recycled(tokenizer):
     assert lm.row_pool.stats().free_rows == 0
 
 
-async def test_cached_and_free_rows_stay_within_the_cache_budget_and_one_batch(tokenizer):
+async def test_cached_and_free_rows_stay_within_the_cache_budget_and_one_batch(tokenizer, young_gc):
     probe = MockAsyncLM(tokenizer)
     row_bytes = probe.row_pool.row_bytes
     probe.cleanup()
