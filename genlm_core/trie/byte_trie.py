@@ -129,7 +129,7 @@ class TokenByteTrie:
         if types == {bytes}:
             from genlm_core.tokenization import Token
 
-            warn_plain_bytes()
+            warn_plain_bytes("TokenByteTrie")
             return [Token(i, b) for i, b in enumerate(decode)]
         bad = next(x for x in decode if not is_token_type(type(x)))
         raise VocabularyTypeError(
