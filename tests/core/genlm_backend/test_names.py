@@ -29,8 +29,7 @@ def _public_names(module):
     return [
         name
         for name, value in vars(module).items()
-        if not name.startswith("_")
-        and getattr(value, "__module__", "").startswith(module.__name__)
+        if not name.startswith("_") and getattr(value, "__module__", "").startswith(module.__name__)
     ]
 
 
