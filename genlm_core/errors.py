@@ -25,7 +25,6 @@ __all__ = [
     "PluginLoadError",
     "UnknownBackendError",
     "UnknownLoraError",
-    "UnknownTrieBackendError",
     "UnsupportedTokenizerError",
     "WorkerInitError",
 ]
@@ -35,19 +34,16 @@ class GenlmError(Exception):
     """Root of every error raised by genlm-core and its plugins."""
 
 
-class UnknownBackendError(GenlmError, KeyError):
-    """A backend (or trie implementation) was requested by a name nobody registered."""
+class UnknownBackendError(GenlmError, KeyError, ValueError):
+    """A backend (or trie implementation) was requested by a name nobody registered.
+
+    A ``KeyError`` (a name not found) and a ``ValueError``, which is what genlm-backend
+    raised for an unknown model or trie backend, so ``except ValueError`` written for
+    it keeps working.
+    """
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
-
-
-class UnknownTrieBackendError(UnknownBackendError, ValueError):
-    """A trie implementation was requested by a name nobody registered.
-
-    Also a ``ValueError``, which is what genlm-backend raised for an unknown trie
-    backend, so ``except ValueError`` written for it keeps working.
-    """
 
 
 class BackendUnavailableError(GenlmError, RuntimeError):

@@ -17,7 +17,6 @@ from genlm_core.errors import (
     BackendUnavailableError,
     DuplicateBackendError,
     UnknownBackendError,
-    UnknownTrieBackendError,
 )
 from genlm_core.plugins import official
 from genlm_core.plugins.manager import BrokenPlugin, GenlmPluginManager
@@ -66,7 +65,6 @@ class _Registry(Generic[S]):
     kind: str = ""
     hook_name: str = ""
     spec_type: type
-    unknown_error: type[UnknownBackendError] = UnknownBackendError
 
     def __init__(self, plugin_manager: GenlmPluginManager) -> None:
         self.plugin_manager = plugin_manager
@@ -141,7 +139,7 @@ class _Registry(Generic[S]):
                 f"{self.kind} name {name!r} is registered by several plugins: {who}. "
                 f"Uninstall one, or block it with GENLM_DISABLE_PLUGINS=<plugin>."
             )
-        raise self.unknown_error(self._unknown_message(name, unique, broken))
+        raise UnknownBackendError(self._unknown_message(name, unique, broken))
 
     def _unknown_message(
         self, name: str, unique: dict[str, Registered[S]], broken: list[BrokenPlugin]
@@ -247,7 +245,6 @@ class TrieRegistry(_Registry[TrieSpec]):
     kind = "trie"
     hook_name = "genlm_register_tries"
     spec_type = TrieSpec
-    unknown_error = UnknownTrieBackendError
 
     def for_kind(self, kind: str) -> list[Registered[TrieSpec]]:
         """Registrations of one trie family (``"character"`` or ``"byte"``), best first."""

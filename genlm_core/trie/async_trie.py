@@ -78,7 +78,7 @@ class AsyncTokenCharacterTrie:
             The asynchronous trie.
 
         Raises:
-            UnknownTrieBackendError: No implementation is registered as ``backend``
+            UnknownBackendError: No implementation is registered as ``backend``
                 (a ``ValueError``, as in genlm-backend, and a ``KeyError``).
             BackendUnavailableError: It is registered but cannot run here.
         """
@@ -216,7 +216,7 @@ class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
             **kwargs: Passed to the trie's constructor.
 
         Raises:
-            UnknownTrieBackendError: No implementation is registered as ``backend``
+            UnknownBackendError: No implementation is registered as ``backend``
                 (a ``ValueError``, as in genlm-backend, and a ``KeyError``).
             BackendUnavailableError: It is registered but cannot run here.
         """

@@ -7,7 +7,7 @@ are all "not installed" here; broken and disabled plugins are simulated.
 import pytest
 
 from genlm_core import load_model_by_name
-from genlm_core.errors import UnknownBackendError, UnknownTrieBackendError
+from genlm_core.errors import UnknownBackendError
 from genlm_core.plugins import TrieRegistry, official
 from genlm_core.plugins.manager import BrokenPlugin
 
@@ -117,8 +117,9 @@ def test_no_did_you_mean_for_an_official_name_or_a_stranger(plugin_manager):
         assert "did you mean" not in str(info.value)
 
 
-def test_unknown_trie_backend_is_a_value_error_as_in_genlm_backend(plugin_manager):
+def test_unknown_backend_is_a_value_error_as_in_genlm_backend(plugin_manager):
     with pytest.raises(ValueError, match="did you mean 'numba'") as info:
         TrieRegistry(plugin_manager).pick("character", "Numba")
-    assert isinstance(info.value, UnknownTrieBackendError)
-    assert isinstance(info.value, KeyError)  # what genlm-core raised before
+    assert isinstance(info.value, UnknownBackendError) and isinstance(info.value, KeyError)
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        load_model_by_name("m", backend="nope", plugin_manager=plugin_manager)
