@@ -128,7 +128,6 @@ class AsyncVirtualLM(BatchedAsyncLM):
             ModelNotFoundError: No such directory, or a hub id that cannot load here.
             ModelLoadError: vLLM could not start the engine.
         """
-        model_name = resolve_model_name(model_name)  # fails fast, before vLLM starts
         import vllm
 
         check_version(vllm.__version__)
@@ -145,6 +144,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
                 f"engine_opts sets max_logprobs={opts['max_logprobs']!r}; genlm-vllm needs "
                 f"-1 (full-vocabulary log-probs): drop it from engine_opts"
             )
+        model_name = resolve_model_name(model_name)  # fails fast, before the engine starts
         try:
             llm = vllm.LLM(model=model_name, **opts)
         except Exception as exc:
