@@ -39,3 +39,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if thorough:
         config.hook.pytest_deselected(items=thorough)
         items[:] = [item for item in items if not item.get_closest_marker("thorough")]
+
+
+@pytest.fixture(scope="session")
+def thorough(request: pytest.FixtureRequest) -> bool:
+    """True under ``--slow``: tests that draw random cases draw more of them."""
+    return bool(request.config.getoption("--slow"))
