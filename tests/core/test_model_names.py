@@ -122,3 +122,13 @@ def test_unknown_hub_id_says_it_is_not_on_the_hub(local_hub):
 
 def test_known_hub_id_is_left_to_the_backend(local_hub):
     assert resolve_model_name("acme/exists") == "acme/exists"
+
+
+def test_mock_backend_resolves_names_too(tmp_path):
+    from genlm_core import load_model_by_name
+
+    with pytest.raises(ModelNotFoundError, match="no such directory"):
+        load_model_by_name(str(tmp_path / "missing"), backend="mock")
+    lm = load_model_by_name("tiny-gpt2", backend="mock")  # an embedded model's tokenizer
+    assert len(lm.byte_vocab) == 50257
+    lm.cleanup()
