@@ -4,8 +4,8 @@ By default GPT-2 (50k tokens, byte-level BPE) and Llama-2 (32k, SentencePiece, w
 byte pieces duplicate other tokens' bytes), decoded by genlm-core's ``decode_vocab``
 (the references get the same bytes as their own ``Token``s). With ``--slow`` (marked
 ``thorough``) also Llama-3 (128k, byte-level) and Gemma-3 (262k, SentencePiece): the
-same cases at 2.5 and 8 times the size, whose reference tries take ~20 and ~60 s to
-build on this project's machine.
+same cases at 2.5 and 8 times the size, whose reference tries took 12-34 s and 26-57 s
+to build on this project's machine (depending on its load).
 Compared: structure and node numbering, ``weight_sum`` and ``weight_max`` in
 probability space (where the references' max is correct), single and batched:
 
