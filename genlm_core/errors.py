@@ -20,6 +20,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTokenIdsError",
     "ModelClosedError",
+    "ModelNotFoundError",
     "NoBackendAvailableError",
     "PluginLoadError",
     "UnknownBackendError",
@@ -33,8 +34,13 @@ class GenlmError(Exception):
     """Root of every error raised by genlm-core and its plugins."""
 
 
-class UnknownBackendError(GenlmError, KeyError):
-    """A backend (or trie implementation) was requested by a name nobody registered."""
+class UnknownBackendError(GenlmError, KeyError, ValueError):
+    """A backend (or trie implementation) was requested by a name nobody registered.
+
+    A ``KeyError`` (a name not found) and a ``ValueError``, which is what genlm-backend
+    raised for an unknown model or trie backend, so ``except ValueError`` written for
+    it keeps working.
+    """
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
@@ -78,6 +84,13 @@ class WorkerInitError(GenlmError, RuntimeError):
 
 class ModelClosedError(GenlmError, RuntimeError):
     """A language model was used after ``cleanup()``."""
+
+
+class ModelNotFoundError(GenlmError, OSError):
+    """A model name leads nowhere: no such directory, or a hub id that cannot load here.
+
+    An ``OSError``, like the one transformers raises for a model it cannot find.
+    """
 
 
 class InvalidArgumentError(GenlmError, ValueError):

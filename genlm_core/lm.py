@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import numbers
+import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -37,11 +38,13 @@ from genlm_core.errors import (
     ModelClosedError,
     UnknownLoraError,
 )
+from genlm_core.heap import HeapTrimmer
 from genlm_core.row_pool import RowPool
 from genlm_core.tokenization import Token, decode_vocab
 from genlm_core.validation import is_int_at_least
 
 __all__ = [
+    "DEFAULT_CACHE_BYTES",
     "AsyncLM",
     "AsyncLMBase",
     "BatchedAsyncLM",
@@ -49,6 +52,11 @@ __all__ = [
     "Request",
     "sampling_args",
 ]
+
+#: Default byte budget of :class:`BatchedAsyncLM`'s output cache (256 MiB). An entry
+#: bound alone would let memory grow with the vocabulary: 4096 rows are 0.8 GiB for
+#: GPT-2's 50k tokens, 2 GiB for Llama-3's 128k.
+DEFAULT_CACHE_BYTES = 256 << 20
 
 
 @runtime_checkable
@@ -169,9 +177,9 @@ class AsyncLMBase(ABC):
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Log-probabilities for several prompts, stacked into ``(len(list), vocab)``."""
-        self._check_open()
+        reqs = self.make_requests(token_ids_list, lora_name)
         outs = await asyncio.gather(
-            *(self.next_token_logprobs(ids, lora_name=lora_name) for ids in token_ids_list)
+            *(self.next_token_logprobs(r.token_ids, lora_name=lora_name) for r in reqs)
         )
         return _stack(outs, len(self.byte_vocab))
 
@@ -179,8 +187,8 @@ class AsyncLMBase(ABC):
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Synchronous :meth:`batch_next_token_logprobs`."""
-        self._check_open()
-        outs = [self.next_token_logprobs_sync(ids, lora_name=lora_name) for ids in token_ids_list]
+        reqs = self.make_requests(token_ids_list, lora_name)
+        outs = [self.next_token_logprobs_sync(r.token_ids, lora_name=lora_name) for r in reqs]
         return _stack(outs, len(self.byte_vocab))
 
     async def prefix_next_token_logprobs(
@@ -302,6 +310,39 @@ class AsyncLMBase(ABC):
         """Validate a call's arguments into a hashable :class:`Request`."""
         self._check_open()
         return Request(self.validate_token_ids(token_ids), self.validate_lora(lora_name))
+
+    def make_requests(
+        self,
+        token_ids_list: Sequence[Any],
+        lora_name: str | None = None,
+        *,
+        argument: str = "token_ids_list",
+    ) -> list[Request]:
+        """:meth:`make_request` for each prompt of a batch call.
+
+        Args:
+            token_ids_list: The prompts.
+            lora_name: The adapter of every prompt.
+            argument: The caller's name for ``token_ids_list``, used in errors.
+
+        Raises:
+            InvalidTokenIdsError: Naming which prompt of the batch is bad
+                (``token_ids_list[i]``) and why.
+        """
+        self._check_open()
+        if isinstance(token_ids_list, (str, bytes)) or not isinstance(token_ids_list, Iterable):
+            raise InvalidTokenIdsError(
+                f"{argument} must be a list of prompts (lists of token ids), got "
+                f"{type(token_ids_list).__name__} {token_ids_list!r:.80}"
+            )
+        lora = self.validate_lora(lora_name)
+        requests = []
+        for i, token_ids in enumerate(token_ids_list):
+            try:
+                requests.append(Request(self.validate_token_ids(token_ids), lora))
+            except InvalidTokenIdsError as exc:
+                raise InvalidTokenIdsError(f"{argument}[{i}]: {exc}") from None
+        return requests
 
     # -- LoRA -------------------------------------------------------------------
 
@@ -442,7 +483,8 @@ class BatchedAsyncLM(AsyncLMBase):
         max_wait: Seconds a batch may wait for more callers, counted from its first
             request. 0 dispatches as soon as the event loop has no more runnable callers.
         cache_size: Most cached outputs (0 disables the cache).
-        cache_bytes: Optional byte budget for cached outputs.
+        cache_bytes: Byte budget of the cached outputs (default
+            :data:`DEFAULT_CACHE_BYTES`); None bounds them by ``cache_size`` alone.
         timeout: genlm-backend's name for ``max_wait`` (accepted for migration).
         **kwargs: Passed to :class:`AsyncLMBase`.
     """
@@ -454,7 +496,7 @@ class BatchedAsyncLM(AsyncLMBase):
         batch_size: int = 64,
         max_wait: float = 0.0,
         cache_size: int = 4096,
-        cache_bytes: int | None = None,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
@@ -478,6 +520,11 @@ class BatchedAsyncLM(AsyncLMBase):
         #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
         #: pages instead of fresh ones (see :mod:`genlm_core.row_pool`).
         self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
+        self._batch_counts = [0, 0]  # compute_batch calls, requests they computed
+        self._batch_counts_lock = threading.Lock()  # the worker and sync callers count
+        #: Returns memory freed by batches (evicted rows, a backend's buffers) to the OS,
+        #: so that resident memory follows the cache budget (see :mod:`genlm_core.heap`).
+        self.heap_trimmer = HeapTrimmer(interval=0.5)
 
     @abstractmethod
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
@@ -562,11 +609,15 @@ class BatchedAsyncLM(AsyncLMBase):
 
     def _next_token_rows(self, requests: list[Request]) -> list[torch.Tensor]:
         outs = list(self.compute_batch(requests))
+        with self._batch_counts_lock:
+            self._batch_counts[0] += 1
+            self._batch_counts[1] += len(requests)
         if len(outs) == len(requests):
             outs = [self._owned(out) for out in outs]
             if self.cache is not None:
                 for req, out in zip(requests, outs, strict=True):
                     self.cache[req] = out
+        self.heap_trimmer.maybe_trim()
         return outs
 
     def _owned(self, out: Any) -> torch.Tensor:
@@ -628,7 +679,7 @@ class BatchedAsyncLM(AsyncLMBase):
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Log-probabilities for several prompts, submitted to the batcher together."""
-        reqs = [self.make_request(ids, lora_name) for ids in token_ids_list]
+        reqs = self.make_requests(token_ids_list, lora_name)
         if not reqs:
             return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32)
         outs: list[torch.Tensor | None] = [
@@ -645,7 +696,7 @@ class BatchedAsyncLM(AsyncLMBase):
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Synchronous batch, deduplicated and cached like the async path."""
-        reqs = [self.make_request(ids, lora_name) for ids in token_ids_list]
+        reqs = self.make_requests(token_ids_list, lora_name)
         if not reqs:
             return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32)
         results: dict[Request, torch.Tensor] = {}
@@ -726,6 +777,27 @@ class BatchedAsyncLM(AsyncLMBase):
         """
         if self.cache is not None:
             self.cache.clear()
+
+    def batch_info(self) -> dict[str, float]:
+        """How calls were batched since the model was made (or :meth:`reset_batch_info`).
+
+        Returns:
+            ``batches`` (calls of :meth:`compute_batch`), ``requests`` (distinct
+            requests they computed; cache hits and duplicates are not computed) and
+            ``mean_batch_size``.
+        """
+        with self._batch_counts_lock:
+            batches, requests = self._batch_counts
+        return {
+            "batches": batches,
+            "requests": requests,
+            "mean_batch_size": requests / batches if batches else 0.0,
+        }
+
+    def reset_batch_info(self) -> None:
+        """Start :meth:`batch_info`'s counts again from zero."""
+        with self._batch_counts_lock:
+            self._batch_counts[:] = [0, 0]
 
     def output_cache_info(self) -> dict[str, int]:
         """Entries and bytes of the output cache (zeros when off), and free row bytes kept."""

@@ -1,6 +1,6 @@
 """``load_model_by_name`` and ``list_backends``: from a model name to a running backend.
 
-Resolution (ARCHITECTURE.md section 3):
+Resolution (docs/plugins.md, "How load_model_by_name chooses"):
 
 1. ``backend=`` (or ``GENLM_BACKEND``) names a backend: use exactly that one.
    Unknown -> :class:`UnknownBackendError`; installed but unavailable ->
@@ -20,6 +20,7 @@ from genlm_core.errors import (
     BackendContractError,
     NoBackendAvailableError,
 )
+from genlm_core.plugins import official
 from genlm_core.plugins.manager import GenlmPluginManager, get_plugin_manager
 from genlm_core.plugins.registry import BackendRegistry, Registered
 from genlm_core.plugins.specs import BackendSpec
@@ -68,11 +69,14 @@ def resolve_backend(
     if choice is not None:
         return registry.require_available(choice)
     if not candidates:
+        registered = {r.name for r in registry.all()}
+        missing = official.not_installed(registered, registry.plugin_manager)
+        fixes = "".join(f"\n  {m.backend.name}: {m.sentence()}" for m in missing)
         raise NoBackendAvailableError(
             f"no backend can load {model_name!r} on this machine. Registered backends:\n"
             f"{registry.diagnosis()}\n"
-            "Install one (pip install genlm-hf for CPU, genlm-vllm for NVIDIA GPUs, "
-            "genlm-mlx on Apple silicon) or name one with backend=... / GENLM_BACKEND."
+            f"Official backends not installed or not loaded:{fixes or ' none'}\n"
+            "Install one, or name one with backend=... / GENLM_BACKEND."
         )
     return candidates[0]
 

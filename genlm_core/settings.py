@@ -9,7 +9,7 @@
 ``GENLM_BACKEND``
     Backend used by ``load_model_by_name`` when the caller names none.
 
-(``GENLM_ASSETS_DIR``, the test-asset cache, is read by :mod:`genlm_core.testing.assets`.)
+(``GENLM_ASSETS_DIR``, the test-asset cache, is read by :mod:`genlm_core.assets`.)
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ the others still count.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -17,20 +18,13 @@ from genlm_core.errors import (
     DuplicateBackendError,
     UnknownBackendError,
 )
+from genlm_core.plugins import official
 from genlm_core.plugins.manager import BrokenPlugin, GenlmPluginManager
 from genlm_core.plugins.specs import Availability, BackendSpec, TrieSpec
 
 __all__ = ["BackendRegistry", "Registered", "TrieRegistry"]
 
 S = TypeVar("S", BackendSpec, TrieSpec)
-
-#: Backends genlm knows of, so an unknown-name error can say what to install.
-KNOWN_BACKEND_DISTRIBUTIONS = {
-    "hf": "genlm-hf",
-    "vllm": "genlm-vllm",
-    "mlx": "genlm-mlx",
-    "sgl": "genlm-sgl",
-}
 
 
 @dataclass(frozen=True)
@@ -151,7 +145,8 @@ class _Registry(Generic[S]):
         self, name: str, unique: dict[str, Registered[S]], broken: list[BrokenPlugin]
     ) -> str:
         installed = ", ".join(sorted(unique)) or "none"
-        lines = [f"unknown {self.kind} {name!r}; installed: {installed}."]
+        lines = [f"unknown {self.kind} {name!r}{_did_you_mean(name, self._known(unique))}"]
+        lines.append(f"Installed: {installed}.")
         all_broken = [*self.plugin_manager.broken, *broken]
         if all_broken:
             lines.append(
@@ -164,13 +159,17 @@ class _Registry(Generic[S]):
             lines.append(
                 "Disabled plugins: " + ", ".join(f"{n} ({why})" for n, why in skipped) + "."
             )
-        hint = self._install_hint(name)
+        hint = "" if name.casefold() in unique else self._install_hint(name)
         if hint:
             lines.append(hint)
         return " ".join(lines)
 
     def _install_hint(self, name: str) -> str:
         return ""
+
+    def _known(self, unique: dict[str, Registered[S]]) -> list[str]:
+        """Names a misspelling may have meant."""
+        return list(unique)
 
     def require_available(self, name: str) -> Registered[S]:
         """Like :meth:`get`, but also require the probe to pass.
@@ -207,6 +206,22 @@ class _Registry(Generic[S]):
         return "\n".join(lines) or "  (nothing registered)"
 
 
+def _did_you_mean(name: str, known: list[str]) -> str:
+    """``"; did you mean 'hf'?"`` for a name that differs from a known one by case or a typo.
+
+    Returns ``"."`` when nothing is close (or ``name`` itself is known).
+    """
+    if name in known:
+        return "."
+    folded = {k.casefold(): k for k in known}
+    if name.casefold() in folded:
+        return f"; did you mean {folded[name.casefold()]!r}? Names are lowercase."
+    close = difflib.get_close_matches(name.casefold(), list(folded), n=2, cutoff=0.6)
+    if close:
+        return f"; did you mean {' or '.join(repr(folded[c]) for c in close)}?"
+    return "."
+
+
 class BackendRegistry(_Registry[BackendSpec]):
     """The language-model backends registered through ``genlm_register_backends``."""
 
@@ -215,10 +230,13 @@ class BackendRegistry(_Registry[BackendSpec]):
     spec_type = BackendSpec
 
     def _install_hint(self, name: str) -> str:
-        dist = KNOWN_BACKEND_DISTRIBUTIONS.get(name)
-        if dist:
-            return f"Install it with: pip install {dist}"
+        missing = official.explain(name.casefold(), self.plugin_manager)
+        if missing is not None:
+            return missing.sentence() + "."
         return f"If {name!r} comes from a plugin, pip install that plugin's distribution."
+
+    def _known(self, unique: dict[str, Registered[BackendSpec]]) -> list[str]:
+        return [*unique, *(b.name for b in official.OFFICIAL_BACKENDS if b.name not in unique)]
 
 
 class TrieRegistry(_Registry[TrieSpec]):

@@ -5,7 +5,7 @@
 * :class:`AsyncLMConformance`: the standard test suite every backend subclasses.
 * ``genlm_core.testing.pytest_plugin``: markers and fixtures; opt in with
   ``pytest_plugins = ["genlm_core.testing.pytest_plugin"]`` in a root conftest.
-* ``genlm_core.testing.assets``: registry-sourced tokenizers and tiny models.
+* ``genlm_core.assets``: registry-sourced tokenizers and tiny models.
 
 Names load lazily so importing this package does not import pytest.
 """

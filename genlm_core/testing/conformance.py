@@ -31,7 +31,7 @@ __all__ = ["AsyncLMConformance"]
 
 
 class AsyncLMConformance:
-    """Invariants of the AsyncLM contract (ARCHITECTURE.md section 4)."""
+    """Invariants of the AsyncLM contract (docs/plugins.md, "Testing your plugin")."""
 
     #: Absolute tolerance when comparing results computed in different batch shapes.
     atol: float = 1e-5
@@ -213,6 +213,15 @@ class AsyncLMConformance:
         assert fragment in str(info.value)
         with pytest.raises(InvalidTokenIdsError):
             lm.next_token_logprobs_sync(bad)
+
+    async def test_bad_prompt_of_a_batch_is_named(self, lm: Any, prompts: list[list[int]]) -> None:
+        n = len(lm.byte_vocab)
+        batch = [prompts[0], prompts[1], [0, n + 3]]
+        pattern = rf"token_ids_list\[2\].*{n + 3}"
+        with pytest.raises(InvalidTokenIdsError, match=pattern):
+            await lm.batch_next_token_logprobs(batch)
+        with pytest.raises(InvalidTokenIdsError, match=pattern):
+            lm.batch_next_token_logprobs_sync(batch)
 
     async def test_out_of_range_names_value(self, lm: Any) -> None:
         n = len(lm.byte_vocab)

@@ -59,7 +59,8 @@ class MockAsyncLM(BatchedAsyncLM):
         Args:
             model_name: ``"bytes"`` (the in-memory byte tokenizer), a local tokenizer
                 directory, a test-asset alias (``"gpt2"``, ``"llama3"``, ...; fetched
-                once into the asset cache), or a hub name (needs the hub).
+                once into the asset cache), an embedded model's name, or a hub name
+                (needs the hub; fails at once when it is unreachable).
             **opts: Passed to the constructor.
         """
         return cls(_load_tokenizer(model_name), **opts)
@@ -102,11 +103,14 @@ def _load_tokenizer(model_name: str) -> Any:
     if path.is_dir():
         return AutoTokenizer.from_pretrained(path)
     if model_name in ASSET_ALIASES:
-        from genlm_core.testing.assets import tokenizer_dir
+        from genlm_core.assets import tokenizer_dir
 
         return AutoTokenizer.from_pretrained(tokenizer_dir(ASSET_ALIASES[model_name]))
+    from genlm_core.model_names import resolve_model_name
+
+    name = resolve_model_name(model_name)  # an embedded model; no such directory; hub checks
     try:
-        return AutoTokenizer.from_pretrained(model_name)
+        return AutoTokenizer.from_pretrained(name)
     except Exception as exc:
         raise MockTokenizerError(
             f"mock backend: cannot load a tokenizer for {model_name!r} ({type(exc).__name__}: "

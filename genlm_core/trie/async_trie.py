@@ -79,7 +79,8 @@ class AsyncTokenCharacterTrie:
             The asynchronous trie.
 
         Raises:
-            UnknownBackendError: No implementation is registered as ``backend``.
+            UnknownBackendError: No implementation is registered as ``backend``
+                (a ``ValueError``, as in genlm-backend, and a ``KeyError``).
             BackendUnavailableError: It is registered but cannot run here.
         """
         from genlm_core.plugins import TrieRegistry, get_plugin_manager
@@ -109,6 +110,24 @@ class AsyncTokenCharacterTrie:
         """
         return await self._submit("max", ws)
 
+    def start(self) -> None:
+        """Start batching on the running event loop (genlm-backend's ``start``).
+
+        Optional: the first request starts it. Calling it again, or on a loop where it
+        already runs, does nothing; after :meth:`cleanup` it starts afresh.
+
+        Raises:
+            RuntimeError: Called outside a running event loop (from sync code).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                f"{type(self).__name__}.start() must be called from async code (inside a "
+                f"running event loop); requests (await trie.weight_sum(ws)) start it anyway"
+            ) from None
+        self._batcher()
+
     async def cleanup(self) -> None:
         """Stop batching: queued requests fail, the running batch finishes.
 
@@ -126,17 +145,21 @@ class AsyncTokenCharacterTrie:
         for batcher in batchers:
             batcher.close()
 
-    async def _submit(self, op: Hashable, ws: Any) -> Any:
+    def _batcher(self) -> AutoBatcher:
+        """This event loop's batcher, created on first use."""
         loop = asyncio.get_running_loop()
         batcher = self._batchers.get(loop)
-        if batcher is None:
+        if batcher is None or batcher.closed:
             batcher = self._batchers[loop] = AutoBatcher(
                 self._run_batch,
                 max_batch_size=self.max_batch_size,
                 max_wait=self.max_wait,
                 name=f"{type(self).__name__}({type(self.trie).__name__})",
             )
-        result = await batcher.submit(_Request(op, ws))
+        return batcher
+
+    async def _submit(self, op: Hashable, ws: Any) -> Any:
+        result = await self._batcher().submit(_Request(op, ws))
         if isinstance(result, InvalidWeightsError):
             raise result
         return result
@@ -194,7 +217,8 @@ class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
             **kwargs: Passed to the trie's constructor.
 
         Raises:
-            UnknownBackendError: No implementation is registered as ``backend``.
+            UnknownBackendError: No implementation is registered as ``backend``
+                (a ``ValueError``, as in genlm-backend, and a ``KeyError``).
             BackendUnavailableError: It is registered but cannot run here.
         """
         from genlm_core.plugins import TrieRegistry, get_plugin_manager

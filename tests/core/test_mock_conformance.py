@@ -15,10 +15,8 @@ class TestMockOverBytes(AsyncLMConformance):
 
 
 @pytest.fixture(scope="module")
-def gpt2_tokenizer(asset_tokenizer_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(asset_tokenizer_dir("gpt2-npm"))
+def gpt2_tokenizer(tokenizer_of):
+    return tokenizer_of("gpt2-npm")
 
 
 class TestMockOverGPT2(AsyncLMConformance):

@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import genlm_core
 import genlm_core.errors as errors
 import genlm_core.plugins as plugins
@@ -37,7 +39,13 @@ EXPECTED = [
     "TokenCharacterTrie",
     "AsyncTokenCharacterTrie",
     "TokenByteTrie",
+    "ParallelTokenCharacterTrie",
+    "AsyncTransformer",
+    "AsyncVirtualLM",
 ]
+#: Model classes that live in backend plugins: present, or an ImportError that says
+#: what to install.
+PLUGIN_CLASSES = {"AsyncTransformer": "genlm-hf", "AsyncVirtualLM": "genlm-vllm"}
 
 
 def test_all_is_pinned():
@@ -46,11 +54,27 @@ def test_all_is_pinned():
 
 def test_every_export_resolves():
     for name in genlm_core.__all__:
+        if name in PLUGIN_CLASSES:
+            continue
         assert getattr(genlm_core, name) is not None
 
 
+@pytest.mark.parametrize("name", sorted(PLUGIN_CLASSES))
+def test_plugin_classes_resolve_or_say_what_to_install(name):
+    from genlm_core.plugins.official import OFFICIAL_BACKENDS, install_command
+
+    try:
+        cls = getattr(genlm_core, name)
+    except ImportError as exc:
+        (backend,) = [b for b in OFFICIAL_BACKENDS if b.distribution == PLUGIN_CLASSES[name]]
+        assert str(exc).endswith(f"is not installed: {install_command(backend.name)}")
+    else:
+        package = PLUGIN_CLASSES[name].replace("-", "_")
+        assert cls.__name__ == name and cls.__module__.startswith(package)
+
+
 def test_errors_share_one_root_and_a_builtin():
-    builtins = (KeyError, ValueError, RuntimeError, TypeError, ImportError)
+    builtins = (KeyError, ValueError, RuntimeError, TypeError, ImportError, OSError)
     for name in errors.__all__:
         cls = getattr(errors, name)
         assert issubclass(cls, errors.GenlmError)

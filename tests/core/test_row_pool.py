@@ -11,6 +11,9 @@ import torch
 
 from genlm_core.row_pool import RowPool
 
+# gc.collect() here needs to see only what each test made (see conftest.young_gc).
+pytestmark = pytest.mark.usefixtures("young_gc")
+
 
 def batch(n: int, width: int = 16, start: float = 0.0) -> np.ndarray:
     return (np.arange(n * width, dtype=np.float32).reshape(n, width) + start).copy()

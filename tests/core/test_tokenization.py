@@ -1,21 +1,18 @@
 """decode_vocab on real tokenizers of every supported family.
 
-Tokenizers come from ``genlm_core.testing.assets`` (registry packages, cached; no hub).
+Tokenizers come from ``genlm_core.assets`` (registry packages, cached; no hub).
 Each family is loaded once (module-scoped, parametrized fixture), so pytest runs all
 tests of one tokenizer before loading the next.
 """
 
-import functools
 import random
 import re
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from transformers import AutoTokenizer
 
 from genlm_core.errors import GenlmError, UnsupportedTokenizerError
-from genlm_core.testing.assets import tokenizer_dir
 from genlm_core.tokenization import (
     InvalidArgumentError,
     Token,
@@ -62,17 +59,12 @@ def _used_ids(tok):
     return set(model.values()) | set(tok.added_tokens_decoder)
 
 
-@functools.cache
-def _small_tokenizer(name):  # gpt2/llama2: small, kept for the session
-    return AutoTokenizer.from_pretrained(tokenizer_dir(name))
-
-
 @pytest.fixture(scope="module", params=list(FAMILIES))
-def family(request):
+def family(request, tokenizer_of, decoded_vocab):
     name = request.param
     kind, dummy_prefix = FAMILIES[name]
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir(name))
-    byte_vocab, str_vocab = decode_vocab(tok)
+    tok = tokenizer_of(name)
+    byte_vocab, str_vocab = decoded_vocab(name)  # decode_vocab(tok), shared with other modules
     used = _used_ids(tok)
     holes = [i for i in range(max(used) + 1) if i not in used]
     byte_pieces = set()
@@ -217,7 +209,7 @@ def test_str_vocab_is_utf8_where_valid_else_the_tokenizer_string(family):
             assert family.str_vocab[i] == text
 
 
-def test_identical_to_genlm_backend(family):
+def test_identical_to_genlm_backend(family, reference_decoded_vocab):
     from genlm.backend.tokenization import decode_vocab as reference
 
     if family.name in REFERENCE_FAILS:
@@ -226,7 +218,7 @@ def test_identical_to_genlm_backend(family):
         with pytest.raises(TypeError):
             reference(family.tok)
         return
-    ref_bytes, ref_strs = reference(family.tok)
+    ref_bytes, ref_strs = reference_decoded_vocab(family.name)  # reference(family.tok)
     assert [t.byte_string for t in family.byte_vocab] == [t.byte_string for t in ref_bytes]
     assert [t.token_id for t in ref_bytes] == list(range(len(ref_bytes)))
     assert family.str_vocab == ref_strs
@@ -236,12 +228,12 @@ def test_identical_to_genlm_backend(family):
 
 
 @pytest.fixture(scope="module")
-def cl100k():
-    return AutoTokenizer.from_pretrained(tokenizer_dir("cl100k"))
+def cl100k(tokenizer_of):
+    return tokenizer_of("cl100k")
 
 
-def test_cl100k_holes_are_the_unused_ids(cl100k):
-    byte_vocab, str_vocab = decode_vocab(cl100k)
+def test_cl100k_holes_are_the_unused_ids(decoded_vocab):
+    byte_vocab, str_vocab = decoded_vocab("cl100k")
     assert len(byte_vocab) == 100277  # largest id (<|endofprompt|>) is 100276
     empty = [i for i, t in enumerate(byte_vocab) if t.byte_string == b""]
     assert empty == [100256, *range(100261, 100276)]
@@ -273,9 +265,9 @@ def test_vocab_size_must_be_a_non_negative_int(cl100k, bad):
         decode_vocab(cl100k, vocab_size=bad)
 
 
-def test_several_ids_can_share_bytes():
-    tok = _small_tokenizer("llama2")
-    byte_vocab, _ = decode_vocab(tok)
+def test_several_ids_can_share_bytes(tokenizer_of, decoded_vocab):
+    tok = tokenizer_of("llama2")
+    byte_vocab, _ = decoded_vocab("llama2")
     space_piece = tok.convert_tokens_to_ids("\u2581")
     byte_piece = tok.convert_tokens_to_ids("<0x20>")
     a, b = byte_vocab[space_piece], byte_vocab[byte_piece]
@@ -290,10 +282,10 @@ def test_several_ids_can_share_bytes():
 
 @pytest.mark.parametrize("name", ["gpt2-npm", "llama2"])
 @pytest.mark.parametrize("fallback", ["latin1", "replace", "tokenizer"])
-def test_byte2str_fallbacks_match_genlm_backend(name, fallback):
+def test_byte2str_fallbacks_match_genlm_backend(name, fallback, tokenizer_of):
     from genlm.backend.tokenization import decode_vocab as reference
 
-    tok = _small_tokenizer(name)
+    tok = tokenizer_of(name)
     byte_vocab, str_vocab = decode_vocab(tok, byte2str_fallback=fallback)
     _, ref_strs = reference(tok, byte2str_fallback=fallback)
     assert str_vocab == ref_strs
@@ -326,16 +318,16 @@ def test_bad_byte2str_fallback_is_rejected(cl100k):
 # --- unsupported tokenizers -------------------------------------------------------------
 
 
-def test_unigram_without_byte_fallback_is_unsupported():
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir("unigram-botchan"))
+def test_unigram_without_byte_fallback_is_unsupported(tokenizer_of):
+    tok = tokenizer_of("unigram-botchan")
     with pytest.raises(UnsupportedTokenizerError, match="decoder is Metaspace") as info:
         decode_vocab(tok)
     assert "Unigram" in str(info.value) and "byte_fallback" in str(info.value)
     assert isinstance(info.value, ValueError)
 
 
-def test_bert_wordpiece_asset_is_unsupported():
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir("bert-minilm"))
+def test_bert_wordpiece_asset_is_unsupported(tokenizer_of):
+    tok = tokenizer_of("bert-minilm")
     with pytest.raises(UnsupportedTokenizerError, match="decoder is WordPiece"):
         decode_vocab(tok)
 

@@ -8,37 +8,21 @@ built in-test whose decoder our strategy cannot model, which must be refused.
 
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast, SentencePieceBackend
+from transformers import PreTrainedTokenizerFast, SentencePieceBackend
 
+from genlm_core.assets import tokenizer_dir
 from genlm_core.errors import UnsupportedTokenizerError
-from genlm_core.testing.assets import tokenizer_dir
 from genlm_core.tokenization import decode_vocab, get_byte_vocab
-
-
-def _gpt2_alphabet():
-    """GPT-2's bytes_to_unicode, written out independently of the code under test."""
-    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
-    bs += range(ord("®"), ord("ÿ") + 1)
-    cs = list(bs)
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs), strict=True))
-
 
 # --- slow tokenizers --------------------------------------------------------------------
 
 
-def test_slow_sentencepiece_tokenizer_matches_the_fast_one():
+def test_slow_sentencepiece_tokenizer_matches_the_fast_one(decoded_vocab):
     directory = tokenizer_dir("mistral-v1-spm")
     slow = SentencePieceBackend(vocab_file=str(directory / "tokenizer.model"))
-    fast = AutoTokenizer.from_pretrained(directory)
     assert not hasattr(slow, "backend_tokenizer") and hasattr(slow, "sp_model")
     slow_vocab, slow_strs = decode_vocab(slow)
-    fast_vocab, _ = decode_vocab(fast)
+    fast_vocab, _ = decoded_vocab("mistral-v1-spm")  # decode_vocab of the fast tokenizer
     assert [t.byte_string for t in slow_vocab] == [t.byte_string for t in fast_vocab]
     assert slow_vocab[slow.sp_model.piece_to_id("<0xE7>")] == b"\xe7"
     assert slow_strs[slow.sp_model.piece_to_id("\u2581the")] == " the"
@@ -56,55 +40,21 @@ def test_slow_sentencepiece_without_byte_fallback_is_unsupported():
         decode_vocab(slow)
 
 
-class SlowByteLevelTokenizer:
-    """What transformers 4's slow ``GPT2Tokenizer`` exposes, over a fast tokenizer's vocab.
-
-    transformers 5 no longer ships slow GPT-2 tokenizers; this stand-in has the same
-    surface (``byte_decoder``, ``get_vocab``, ``added_tokens_decoder``, and a ``decode``
-    that maps characters through ``byte_decoder`` as ``convert_tokens_to_string`` does).
-    """
-
-    def __init__(self, fast):
-        self._fast = fast
-        self.name_or_path = "slow-" + str(fast.name_or_path)
-        self.byte_decoder = {ch: b for b, ch in _gpt2_alphabet().items()}
-        self.added_tokens_decoder = fast.added_tokens_decoder
-
-    def get_vocab(self):
-        return self._fast.get_vocab()
-
-    def convert_ids_to_tokens(self, token_id):
-        return self._fast.convert_ids_to_tokens(token_id)
-
-    def encode(self, text, add_special_tokens=False):
-        return self._fast.encode(text, add_special_tokens=add_special_tokens)
-
-    def decode(self, ids, skip_special_tokens=False, clean_up_tokenization_spaces=False):
-        out, run = [], []
-        for token_id in ids:
-            if token_id in self.added_tokens_decoder:
-                out.append(bytearray(run).decode("utf-8", errors="replace"))
-                out.append(self.added_tokens_decoder[token_id].content)
-                run = []
-            else:
-                run += [self.byte_decoder[c] for c in self._fast.convert_ids_to_tokens(token_id)]
-        out.append(bytearray(run).decode("utf-8", errors="replace"))
-        return "".join(out)
-
-
-def test_slow_byte_decoder_tokenizer_matches_the_fast_one():
-    fast = AutoTokenizer.from_pretrained(tokenizer_dir("gpt2-npm"))
-    slow = SlowByteLevelTokenizer(fast)
+def test_slow_byte_decoder_tokenizer_matches_the_fast_one(
+    tokenizer_of, decoded_vocab, slow_byte_level_tokenizer
+):
+    slow = slow_byte_level_tokenizer(tokenizer_of("gpt2-npm"))
     slow_vocab, slow_strs = decode_vocab(slow)
-    fast_vocab, fast_strs = decode_vocab(fast)
+    fast_vocab, fast_strs = decoded_vocab("gpt2-npm")  # decode_vocab of the fast tokenizer
     assert [t.byte_string for t in slow_vocab] == [t.byte_string for t in fast_vocab]
     assert slow_strs == fast_strs
     assert slow_vocab[50256] == b"<|endoftext|>"
 
 
-def test_slow_byte_decoder_with_unknown_characters_is_unsupported():
-    fast = AutoTokenizer.from_pretrained(tokenizer_dir("gpt2-npm"))
-    slow = SlowByteLevelTokenizer(fast)
+def test_slow_byte_decoder_with_unknown_characters_is_unsupported(
+    tokenizer_of, slow_byte_level_tokenizer
+):
+    slow = slow_byte_level_tokenizer(tokenizer_of("gpt2-npm"))
     del slow.byte_decoder["Ġ"]  # the space: used by thousands of tokens
     with pytest.raises(UnsupportedTokenizerError, match="outside that byte alphabet"):
         decode_vocab(slow)
@@ -119,11 +69,11 @@ CL100K_PATTERN = (
 
 
 @pytest.fixture(scope="module")
-def cl100k_pair():
+def cl100k_pair(tokenizer_of, gpt2_alphabet):
     """The cl100k HF tokenizer and a tiktoken.Encoding built from the same files."""
     tiktoken = pytest.importorskip("tiktoken")  # the `assets` extra installs it
-    fast = AutoTokenizer.from_pretrained(tokenizer_dir("cl100k"))
-    to_byte = {ch: b for b, ch in _gpt2_alphabet().items()}
+    fast = tokenizer_of("cl100k")
+    to_byte = {ch: b for b, ch in gpt2_alphabet().items()}
     specials = {t.content: i for i, t in fast.added_tokens_decoder.items()}
     model = fast.backend_tokenizer.get_vocab(with_added_tokens=False)
     ranks = {bytes(to_byte[c] for c in p): i for p, i in model.items() if p not in specials}
@@ -165,15 +115,16 @@ def test_hf_style_wrapper_around_a_tiktoken_encoding(cl100k_pair):
 # --- bare tokenizers.Tokenizer and decoders we cannot model ------------------------------
 
 
-def test_bare_tokenizers_object_matches_the_transformers_wrapper():
+def test_bare_tokenizers_object_matches_the_transformers_wrapper(tokenizer_of):
     directory = tokenizer_dir("llama3")
     bare = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    wrapped = AutoTokenizer.from_pretrained(directory)
+    wrapped = tokenizer_of("llama3")
     assert get_byte_vocab(bare) == get_byte_vocab(wrapped)
 
 
-def _byte_order_alphabet():
-    alphabet = _gpt2_alphabet()
+@pytest.fixture(scope="module")
+def byte_order_alphabet(gpt2_alphabet):
+    alphabet = gpt2_alphabet()
     return [alphabet[b] for b in range(256)]
 
 
@@ -186,16 +137,16 @@ def _char_bpe(decoder, alphabet):
     return PreTrainedTokenizerFast(tokenizer_object=backend)
 
 
-def test_a_decoder_step_we_do_not_model_fails_the_round_trip():
+def test_a_decoder_step_we_do_not_model_fails_the_round_trip(byte_order_alphabet):
     # Declares ByteLevel, but also rewrites "a" to "b": our bytes say "a".
     decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Replace("a", "b")])
-    tok = _char_bpe(decoder, _byte_order_alphabet())
+    tok = _char_bpe(decoder, byte_order_alphabet)
     with pytest.raises(UnsupportedTokenizerError, match="do not round-trip"):
         decode_vocab(tok)
 
 
-def test_the_same_tokenizer_without_the_extra_step_is_exact():
-    tok = _char_bpe(decoders.ByteLevel(), _byte_order_alphabet())
+def test_the_same_tokenizer_without_the_extra_step_is_exact(byte_order_alphabet):
+    tok = _char_bpe(decoders.ByteLevel(), byte_order_alphabet)
     byte_vocab, _ = decode_vocab(tok)
     assert [t.byte_string for t in byte_vocab] == [bytes([b]) for b in range(256)]
 
@@ -211,8 +162,8 @@ def test_the_same_tokenizer_without_the_extra_step_is_exact():
         ),
     ],
 )
-def test_other_declared_decoders_are_unsupported_by_name(decoder, name):
-    tok = _char_bpe(decoder, _byte_order_alphabet())
+def test_other_declared_decoders_are_unsupported_by_name(decoder, name, byte_order_alphabet):
+    tok = _char_bpe(decoder, byte_order_alphabet)
     with pytest.raises(UnsupportedTokenizerError, match=f"decoder is {name}"):
         decode_vocab(tok)
 
@@ -223,8 +174,8 @@ def test_no_decoder_and_not_the_byte_alphabet_is_unsupported():
         decode_vocab(tok)
 
 
-def test_no_decoder_but_the_byte_alphabet_is_guessed_and_checked():
-    tok = _char_bpe(None, _byte_order_alphabet())
+def test_no_decoder_but_the_byte_alphabet_is_guessed_and_checked(byte_order_alphabet):
+    tok = _char_bpe(None, byte_order_alphabet)
     byte_vocab, _ = decode_vocab(tok)
     assert [t.byte_string for t in byte_vocab] == [bytes([b]) for b in range(256)]
 

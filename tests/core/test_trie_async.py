@@ -182,7 +182,7 @@ def test_from_vocab_passes_constructor_arguments():
 
 
 def test_from_vocab_unknown_backend_lists_installed():
-    with pytest.raises(UnknownBackendError, match=r"unknown trie 'nope'; installed: .*numba"):
+    with pytest.raises(UnknownBackendError, match=r"unknown trie 'nope'. Installed: .*numba"):
         AsyncTokenCharacterTrie.from_vocab(VOCAB, backend="nope")
 
 
@@ -193,3 +193,23 @@ def test_from_vocab_torch_cuda_without_gpu_says_why():
         pytest.skip("this machine has an NVIDIA GPU")
     with pytest.raises(BackendUnavailableError, match="requires an NVIDIA GPU"):
         AsyncTokenCharacterTrie.from_vocab(VOCAB, backend="torch-cuda")
+
+
+def test_start_is_genlm_backends_and_needs_a_running_loop():
+    trie = AsyncTokenCharacterTrie(TokenCharacterTrie([Token(0, b"a"), Token(1, b"b")]))
+    with pytest.raises(RuntimeError, match=r"start\(\) must be called from async code"):
+        trie.start()
+
+    async def use():
+        trie.start()
+        trie.start()  # again: nothing new
+        masses = await trie.weight_sum(np.array([0.25, 0.75]))
+        await trie.cleanup()
+        trie.start()  # after cleanup: batching afresh
+        again = await trie.weight_sum(np.array([0.25, 0.75]))
+        await trie.cleanup()
+        return masses, again
+
+    masses, again = asyncio.run(use())
+    np.testing.assert_array_equal(masses, again)
+    assert masses[trie.trie.root] == 1.0

@@ -53,9 +53,7 @@ def _same_as_genlm_bytes(words: list[bytes], ws: torch.Tensor, **kwargs) -> None
     torch.testing.assert_close(mine, ref, rtol=0, atol=0)
 
 
-@settings(
-    max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
-)
+@settings(derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
     words=st.lists(
         st.lists(st.sampled_from(b"ab<>"), max_size=5).map(bytes), min_size=1, max_size=20

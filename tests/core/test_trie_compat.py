@@ -10,7 +10,6 @@ import warnings
 import numpy as np
 import pytest
 from genlm.backend.tokenization import Token as BackendToken
-from genlm.backend.tokenization import decode_vocab as backend_decode_vocab
 from genlm.backend.trie import TokenCharacterTrie as BackendTrie
 
 from genlm_core.tokenization import Token
@@ -31,13 +30,8 @@ EOS = EndOfSequence()
 
 
 @pytest.fixture(scope="module")
-def gpt2_vocab():
-    from transformers import AutoTokenizer
-
-    from genlm_core.testing.assets import tokenizer_dir
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir("gpt2-npm"))
-    byte_vocab, _ = backend_decode_vocab(tokenizer)
+def gpt2_vocab(reference_decoded_vocab):
+    byte_vocab, _ = reference_decoded_vocab("gpt2-npm")  # genlm-backend's decode_vocab
     return byte_vocab
 
 

@@ -1,7 +1,11 @@
 """Same results as genlm-backend 0.3.1 and genlm-bytes 0.2.0 on real vocabularies.
 
-GPT-2 (50k tokens), Llama-3 (128k) and Gemma-3 (262k), decoded by genlm-core's
-``decode_vocab`` (the references get the same bytes as their own ``Token``s).
+By default GPT-2 (50k tokens, byte-level BPE) and Llama-2 (32k, SentencePiece, whose
+byte pieces duplicate other tokens' bytes), decoded by genlm-core's ``decode_vocab``
+(the references get the same bytes as their own ``Token``s). With ``--slow`` (marked
+``thorough``) also Llama-3 (128k, byte-level) and Gemma-3 (262k, SentencePiece): the
+same cases at 2.5 and 8 times the size, whose reference tries took 12-34 s and 26-57 s
+to build on this project's machine (depending on its load).
 Compared: structure and node numbering, ``weight_sum`` and ``weight_max`` in
 probability space (where the references' max is correct), single and batched:
 
@@ -32,7 +36,7 @@ from genlm.backend.trie import TokenCharacterTrie as BackendTrie
 from genlm.bytes.trie import TokenByteTrie as TheirByteTrie
 from genlm.bytes.trie import TrieMode as TheirMode
 
-from genlm_core.tokenization import Token, decode_vocab
+from genlm_core.tokenization import Token
 from genlm_core.trie import ParallelTokenCharacterTrie, TokenByteTrie, TokenCharacterTrie, TrieMode
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")  # inside the references
@@ -40,6 +44,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")  # inside t
 #: Asset name -> the byte strings of its end-of-sequence tokens.
 EOS_STRINGS = {
     "gpt2-npm": {b"<|endoftext|>"},
+    "llama2": {b"</s>", b"<s>"},  # two EOS strings, as Llama-3 and Gemma-3 have
     "llama3": {b"<|end_of_text|>", b"<|eot_id|>"},
     "gemma3": {b"<eos>", b"<end_of_turn>"},
 }
@@ -57,15 +62,16 @@ class Vocab:
 
 @pytest.fixture(
     scope="module",
-    params=["gpt2-npm", "llama3", "gemma3"],
+    params=[
+        "gpt2-npm",
+        "llama2",
+        pytest.param("llama3", marks=pytest.mark.thorough),
+        pytest.param("gemma3", marks=pytest.mark.thorough),
+    ],
 )
-def vocab(request) -> Vocab:
-    from transformers import AutoTokenizer
-
-    from genlm_core.testing.assets import tokenizer_dir
-
+def vocab(request, decoded_vocab) -> Vocab:
     name = request.param
-    tokens, _ = decode_vocab(AutoTokenizer.from_pretrained(tokenizer_dir(name)))
+    tokens, _ = decoded_vocab(name)
     rng = np.random.default_rng(sum(map(ord, name)))
     return Vocab(
         name=name,

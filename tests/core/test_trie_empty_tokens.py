@@ -70,13 +70,8 @@ def test_empty_tokens_in_the_byte_trie_as_in_genlm_bytes():
 
 
 @pytest.fixture(scope="module")
-def cl100k_vocab() -> list[Token]:
-    from transformers import AutoTokenizer
-
-    from genlm_core.testing.assets import tokenizer_dir
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir("cl100k"))
-    tokens, _ = decode_vocab(tokenizer, vocab_size=100_352)  # holes, then padding
+def cl100k_vocab(tokenizer_of) -> list[Token]:
+    tokens, _ = decode_vocab(tokenizer_of("cl100k"), vocab_size=100_352)  # holes, then padding
     return tokens
 
 

@@ -11,6 +11,9 @@ from genlm_core.tokenization import Token
 from genlm_core.trie import ParallelTokenCharacterTrie, TokenByteTrie, TokenCharacterTrie
 from genlm_core.trie._outputs import KEPT_SIZES, BatchOutputs
 
+# gc.collect() here needs to see only what each test made (see conftest.young_gc).
+pytestmark = pytest.mark.usefixtures("young_gc")
+
 WORDS = [b"a", b"ab", b"abc", b"b", b"ba", b"c", b"cab", b"</s>"]
 
 

@@ -22,9 +22,7 @@ from genlm_core.plugins import TrieRegistry, make_plugin_manager
 from genlm_core.tokenization import Token
 from genlm_core.trie import TokenCharacterTrie, TorchTokenCharacterTrie
 
-SETTINGS = settings(
-    max_examples=40,
-    deadline=None,
+SETTINGS = settings(  # examples per test: the conftest's profile (more with --slow)
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -101,11 +101,12 @@ async def check_against_uncached(lm, prompts: list[list[int]], seed: int) -> flo
     "key, n",
     [("tiny-gpt2", 120), ("tiny-llama3", 120), pytest.param("smollm2", 40, marks=pytest.mark.slow)],
 )
-async def test_random_trees_equal_uncached(hf_models, key, n):
+async def test_random_trees_equal_uncached(hf_models, key, n, thorough):
+    """``n`` prompts per tree with ``--slow``, half as many by default."""
     lm = hf_models(key).lm()
     vocab = len(lm.byte_vocab)
     for seed in range(2):
-        prompts = prompt_tree(seed, vocab, n)
+        prompts = prompt_tree(seed, vocab, n if thorough else n // 2)
         assert {len(p) for p in prompts} >= {1, 200}
         assert len({tuple(p) for p in prompts}) < len(prompts)  # has duplicates
         assert await check_against_uncached(lm, prompts, seed) < ATOL
@@ -137,8 +138,11 @@ async def test_incremental_steps_reuse_kv_and_match(hf_models):
 
 @pytest.mark.parametrize("one_row_per_forward", [False, True])
 @pytest.mark.parametrize("key", ["tiny-gpt2", "tiny-llama3"])
-async def test_results_unchanged_after_eviction(hf_models, key, one_row_per_forward):
-    """A tight budget evicts all the time, also between the forwards of one batch."""
+async def test_results_unchanged_after_eviction(hf_models, key, one_row_per_forward, thorough):
+    """A tight budget evicts all the time, also between the forwards of one batch.
+
+    80 prompts with ``--slow``, 40 by default: both trees need many times the budget.
+    """
     loaded = hf_models(key)
     probe = loaded.lm()
     per_token = _bytes_per_token(probe)
@@ -146,7 +150,7 @@ async def test_results_unchanged_after_eviction(hf_models, key, one_row_per_forw
     budget = 40 * per_token  # far less than the trees need
     split = {"max_batch_kv_bytes": 1} if one_row_per_forward else {}
     lm = loaded.lm(kv_cache_bytes=budget, cache_size=0, **split)
-    prompts = prompt_tree(11, len(lm.byte_vocab), 80)
+    prompts = prompt_tree(11, len(lm.byte_vocab), 80 if thorough else 40)
     assert await check_against_uncached(lm, prompts, 11) < ATOL
     stats = lm.kv_cache_stats
     assert stats.evictions > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
 
 from genlm_core import load_model_by_name  # noqa: E402
-from genlm_core.errors import GenlmError  # noqa: E402
+from genlm_core.errors import GenlmError, ModelNotFoundError  # noqa: E402
 from genlm_hf.errors import ModelLoadError  # noqa: E402
 from genlm_hf.lm import AsyncTransformer  # noqa: E402
 
@@ -47,11 +48,38 @@ def test_load_model_by_name_uses_hf(gpt2_dir):
     lm.cleanup()
 
 
-def test_missing_model_is_a_clear_error(tmp_path):
+def test_missing_directory_says_so(tmp_path):
     missing = str(tmp_path / "no-such-model")
-    with pytest.raises(ModelLoadError, match="tokenizer of .*no-such-model") as info:
+    with pytest.raises(ModelNotFoundError, match="does not exist \\(no such directory") as info:
         AsyncTransformer.from_name(missing)
     assert isinstance(info.value, OSError) and isinstance(info.value, GenlmError)
+    assert "Repo id" not in str(info.value)
+
+
+def test_hub_name_offline_fails_at_once_with_the_fix(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    with pytest.raises(ModelNotFoundError, match="HF_HUB_OFFLINE is set") as info:
+        load_model_by_name("openai-community/gpt2", backend="hf")
+    assert time.monotonic() - start < 5
+    assert "load_model_by_name('smollm2-135m-instruct')" in str(info.value)
+
+
+def test_embedded_model_by_its_short_name(asset_model_dir):
+    lm = load_model_by_name("tiny-gpt2", backend="hf")
+    by_path = AsyncTransformer.from_name(str(asset_model_dir("tiny-gpt2")))
+    assert torch.equal(
+        lm.next_token_logprobs_sync(PROMPT), by_path.next_token_logprobs_sync(PROMPT)
+    )
+    lm.cleanup()
+    by_path.cleanup()
+
+
+def test_directory_without_a_model_is_a_clear_error(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelLoadError, match="tokenizer of .*empty") as info:
+        AsyncTransformer.from_name(str(empty))
     assert "local directory" in str(info.value)
 
 

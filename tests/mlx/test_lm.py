@@ -12,8 +12,9 @@ import torch
 
 pytest.importorskip("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx installs them)")
 
+from genlm_core.errors import ModelNotFoundError  # noqa: E402
 from genlm_core.testing import AsyncLMConformance  # noqa: E402
-from genlm_mlx._loading import ModelLoadError, config_overrides  # noqa: E402
+from genlm_mlx._loading import config_overrides  # noqa: E402
 from genlm_mlx.lm import AsyncMlxLM  # noqa: E402
 
 ATOL = 1e-4
@@ -237,8 +238,14 @@ def test_config_overrides(config, expected):
 def test_unknown_model_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(ModelLoadError, match="HF_HUB_OFFLINE unset"):
+    with pytest.raises(ModelNotFoundError, match="HF_HUB_OFFLINE is set") as info:
         AsyncMlxLM.from_name("nobody/no-such-model")
+    assert "load_model_by_name('smollm2-135m-instruct')" in str(info.value)
+
+
+def test_missing_directory_says_so(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="no such directory"):
+        AsyncMlxLM.from_name(str(tmp_path / "no-such-model"))
 
 
 def test_bad_options(mlx_models):

@@ -2,13 +2,24 @@
 
 A block is preceded by one of ``<!-- file: PATH -->`` (the block is that whole file),
 ``<!-- excerpt: PATH -->`` (the block appears in that file) or ``<!-- test: NAME -->``
-(the block is executed by the test of that name below). Shell blocks are exempt.
+(the block is executed by the test of that name below). Other shell blocks and
+``text`` blocks (a folder listing) are exempt.
+
+``test_the_example_builds_from_the_page_alone`` follows the page as a plugin author
+would: the example's files from the page's text in an empty folder, installed into a
+fresh virtual environment with the pip that ships with Python (23.x for 3.11: no
+``--group``) by the page's commands, and its tests run there (~1-3 min, mostly
+installing torch).
 """
 
 from __future__ import annotations
 
+import ensurepip
 import math
+import os
 import re
+import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -20,6 +31,7 @@ from genlm_core.plugins import Availability, BackendSpec, hookimpl
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "plugins.md"
+EXAMPLE = ROOT / "tests" / "plugins" / "genlm_dummy"
 BLOCK = re.compile(r"(?:<!-- (file|excerpt|test): (\S+) -->\n)?```(\w*)\n(.*?)```", re.DOTALL)
 
 
@@ -33,14 +45,16 @@ def code_block(name: str) -> str:
 
 
 def test_every_code_block_is_checked():
-    unchecked = [body[:60] for kind, _, lang, body in blocks() if kind is None and lang != "bash"]
+    unchecked = [
+        body[:60]
+        for kind, _, lang, body in blocks()
+        if kind is None and lang not in ("bash", "text")
+    ]
     assert unchecked == []
     files = {arg for kind, arg, _, _ in blocks() if kind == "file"}
-    assert {
-        "tests/plugins/genlm_dummy/pyproject.toml",
-        "tests/plugins/genlm_dummy/src/genlm_dummy/_plugin.py",
-        "tests/plugins/genlm_dummy/src/genlm_dummy/lm.py",
-    } <= files
+    example = {str(p.relative_to(ROOT)) for p in EXAMPLE.rglob("*") if p.is_file()}
+    example -= {str((EXAMPLE / "src/genlm_dummy/py.typed").relative_to(ROOT))}  # empty
+    assert example <= files  # the page holds the whole example
 
 
 @pytest.mark.parametrize(
@@ -86,3 +100,35 @@ def test_select_hook_example(plugin_manager, register_plugin):
     small = resolve_backend("HuggingFaceTB/SmolLM2-135M", plugin_manager=plugin_manager)
     assert small.name == "hf"
     assert resolve_backend("meta-llama/Llama-3.1-8B", plugin_manager=plugin_manager).name == "vllm"
+
+
+def test_the_example_builds_from_the_page_alone(tmp_path):
+    project = tmp_path / "genlm-dummy"
+    prefix = str(EXAMPLE.relative_to(ROOT)) + "/"
+    for kind, path, _, body in blocks():
+        if kind == "file" and path.startswith(prefix):
+            target = project / path.removeprefix(prefix)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(body)
+    script = "set -euo pipefail\n" + code_block("install").replace("/path/to/genlm-core", str(ROOT))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GENLM_", "VIRTUAL_ENV"))}
+    env["PATH"] = os.pathsep.join(
+        p for p in env["PATH"].split(os.pathsep) if not p.startswith(sys.prefix)
+    )
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    pip = subprocess.run(
+        [str(project / ".venv" / "bin" / "pip"), "--version"], capture_output=True, text=True
+    )
+    assert pip.stdout.startswith(f"pip {ensurepip.version()} ")  # the pip Python ships
+    summary = re.search(r"(\d+) passed in", done.stdout)
+    assert summary and int(summary[1]) >= 20 and "failed" not in done.stdout, done.stdout
+    assert re.search(r"dummy +available .*\[genlm-dummy 0\.1\.0\]", done.stdout)
+    assert "dummy-trie" in done.stdout

@@ -34,8 +34,8 @@ from typing import Any
 import torch
 
 from genlm_core.errors import ModelClosedError
-from genlm_core.heap import HeapTrimmer
 from genlm_core.lm import BatchedAsyncLM, Request
+from genlm_core.model_names import resolve_model_name
 from genlm_core.prefix_batching import plan_groups, shared_prefixes
 from genlm_core.validation import is_int_at_least
 from genlm_hf._forward import (
@@ -187,8 +187,6 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
         self._logprobs_workspace = Workspace(keep_bytes=reserve // 4)
         self.kv_cache = PrefixKVCache(kv_cache_bytes - keep - reserve)
         self._layout: KVLayout | None = None
-        # Freed forward buffers would otherwise stay resident above the budgets.
-        self.heap_trimmer = HeapTrimmer(interval=0.5)
         self.kv_reuse_off_reason = "kv_cache_bytes=0"
         if kv_cache_bytes > 0:
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
@@ -209,7 +207,8 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
         inexact on CPUs); with CUDA, in the checkpoint's dtype on ``device_map="auto"``.
 
         Args:
-            model_id: Hub id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``) or local directory.
+            model_id: Hub id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``), local directory,
+                or an embedded model's name (``"smollm2-135m-instruct"``: no hub needed).
             bitsandbytes_opts: Options of ``transformers.BitsAndBytesConfig``
                 (e.g. ``{"load_in_4bit": True}``); needs bitsandbytes and, mostly, CUDA.
             hf_opts: Extra keyword arguments of ``AutoModelForCausalLM.from_pretrained``;
@@ -217,11 +216,14 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
             **kwargs: Passed to :class:`AsyncTransformer`.
 
         Raises:
+            ModelNotFoundError: No such directory, or a hub id that cannot load here
+                (offline, hub unreachable, unknown); says what to do instead.
             ModelLoadError: The tokenizer or the model cannot be loaded.
             MissingDependencyError: ``bitsandbytes_opts`` given without bitsandbytes.
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        model_id = resolve_model_name(model_id)  # an embedded model's dir; fails fast offline
         opts: dict[str, Any] = {}
         if torch.cuda.is_available():
             opts.update(dtype="auto", device_map="auto")
@@ -265,8 +267,7 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
                 self._activate(lora_name)
                 results[lora_name] = self._compute(lora_name, prompts)
             outs = [results[req.lora_name][req.token_ids] for req in requests]
-        self.heap_trimmer.maybe_trim()
-        return outs
+        return outs  # the base class trims the heap of the buffers freed (heap_trimmer)
 
     def _compute(
         self, lora_name: str | None, prompts: list[tuple[int, ...]]

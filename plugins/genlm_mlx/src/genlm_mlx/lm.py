@@ -34,6 +34,7 @@ import torch  # noqa: E402
 
 from genlm_core.errors import ModelClosedError  # noqa: E402
 from genlm_core.lm import BatchedAsyncLM, Request  # noqa: E402
+from genlm_core.model_names import resolve_model_name  # noqa: E402
 from genlm_core.prefix_batching import plan_groups, shared_prefixes  # noqa: E402
 from genlm_core.validation import is_int_at_least  # noqa: E402
 from genlm_mlx._forward import (  # noqa: E402
@@ -151,7 +152,8 @@ class AsyncMlxLM(BatchedAsyncLM):
 
         Args:
             model_name: Hub id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``, looked up in
-                the Hugging Face cache when ``HF_HUB_OFFLINE=1``) or local directory.
+                the Hugging Face cache when ``HF_HUB_OFFLINE=1``), local directory, or an
+                embedded model's name (``"smollm2-135m-instruct"``: no hub needed).
             dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"`` for the weights. Default:
                 float32 on a CPU (half precision there is slow and inexact), the
                 checkpoint's dtype on Apple silicon.
@@ -165,7 +167,7 @@ class AsyncMlxLM(BatchedAsyncLM):
         """
         from transformers import AutoTokenizer
 
-        path = resolve_path(model_name, revision)
+        path = resolve_path(resolve_model_name(model_name), revision)
         model, _ = load_model(path, model_config)
         if dtype is None and mx.default_device() == mx.cpu:
             dtype = "float32"

