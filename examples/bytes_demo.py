@@ -12,7 +12,7 @@
 Each line prints the text and its log-probability under the byte-level model.
 
 Run:  python examples/bytes_demo.py          (nox -s demo-bytes installs and runs it)
-      python examples/bytes_demo.py --model DIR   (any local Hugging Face causal LM)
+      python examples/bytes_demo.py --model DIR   (a local Hugging Face model, or a hub id)
 """
 
 from __future__ import annotations
@@ -81,10 +81,8 @@ async def main(model: str, steps: int) -> None:
 
 
 if __name__ == "__main__":
-    from genlm_core.testing.assets import model_dir
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None, help="local model directory (default: SmolLM2)")
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="model (default: SmolLM2)")
     parser.add_argument("--steps", type=int, default=48, help="bytes to generate per line")
     args = parser.parse_args()
-    asyncio.run(main(args.model or str(model_dir("smollm2-135m-instruct")), args.steps))
+    asyncio.run(main(args.model, args.steps))

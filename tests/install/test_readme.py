@@ -89,6 +89,22 @@ def test_snippet_runs_as_written(venv, tmp_path):
     assert done.stdout == " Paris\n"
 
 
+def test_bytes_snippet_runs_as_written(venv, tmp_path):
+    script = tmp_path / "bytes_snippet.py"
+    script.write_text(readme_block("bytes-snippet"))
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), str(script)],
+        env=user_env(venv),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("Chart {\n  b'n': ")  # the healed next byte, most likely
+    assert out.strip().splitlines()[-1] == "b'nce is Paris. It is '"
+
+
 def test_cli_commands_run_as_written(venv):
     done = bash(readme_block("cli"), venv, timeout=900)
     assert done.returncode == 0, done.stderr

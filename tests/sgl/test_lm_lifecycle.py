@@ -164,3 +164,15 @@ def test_wrong_cpu_engine_setting_after_import_is_refused(monkeypatch):
     monkeypatch.setenv(_compat.CPU_ENGINE_ENV, "1")
     with pytest.raises(UnsupportedSGLangError, match="SGLANG_USE_CPU_ENGINE=0"):
         _compat.prepare_import("cuda")
+
+
+def test_a_missing_model_directory_fails_before_any_engine_starts(tmp_path, monkeypatch):
+    from genlm_core.errors import ModelNotFoundError
+    from genlm_sgl import lm as sgl_lm
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("the engine must not start for a model that does not exist")
+
+    monkeypatch.setattr(sgl_lm, "start_engine", no_engine)
+    with pytest.raises(ModelNotFoundError, match="no such directory"):
+        sgl_lm.AsyncSGLTransformer.from_name(str(tmp_path / "nowhere"))

@@ -22,6 +22,7 @@ import torch
 
 from genlm_core.errors import InvalidArgumentError, ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, Request
+from genlm_core.model_names import resolve_model_name
 from genlm_sgl._compat import InProcessScheduler, prepare_import
 from genlm_sgl._runner import SchedulerRunner
 from genlm_sgl.errors import EngineOutputError, ModelLoadError, UnsupportedSGLangError
@@ -140,10 +141,11 @@ class AsyncSGLTransformer(BatchedAsyncLM):
     def from_name(
         cls, model_name: str, engine_opts: dict[str, Any] | None = None, **kwargs: Any
     ) -> AsyncSGLTransformer:
-        """Start an in-process SGLang scheduler for ``model_name`` (hub id or local directory).
+        """Start an in-process SGLang scheduler for ``model_name``.
 
         Args:
-            model_name: SGLang's ``model_path``.
+            model_name: A local directory, an embedded model's name
+                (``"smollm2-135m-instruct"``) or a hub id; SGLang's ``model_path``.
             engine_opts: Keyword arguments of SGLang's ``ServerArgs``, over
                 :data:`DEFAULT_ENGINE_OPTS` (plus :data:`CPU_ENGINE_OPTS` on a machine
                 without an NVIDIA GPU); e.g. ``max_running_requests``,
@@ -154,7 +156,9 @@ class AsyncSGLTransformer(BatchedAsyncLM):
         Raises:
             UnsupportedSGLangError: SGLang is missing or outside the supported range.
             ModelLoadError: SGLang could not start the engine.
+            ModelNotFoundError: No such directory, or a hub id that cannot load here.
         """
+        model_name = resolve_model_name(model_name)  # fails fast, before the engine starts
         engine = start_engine(model_name, engine_opts)
         try:
             return cls(engine, **kwargs)
