@@ -1,0 +1,406 @@
+"""BatchedAsyncLM: an AsyncLMBase whose calls go through the shared batcher and caches.
+
+A backend implements :meth:`BatchedAsyncLM.compute_batch` (and, if its model can run a
+whole sequence at once, :meth:`BatchedAsyncLM.compute_prefix_batch`) and gets
+coalesced, deduplicated, cached async calls and matching sync calls.
+:mod:`genlm_core.lm` is the public module: import from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from genlm_core.batching import AutoBatcher, WorkerThread
+from genlm_core.cache import OutputCache
+from genlm_core.errors import BackendContractError, BatchSizeMismatchError
+from genlm_core.heap import HeapTrimmer
+from genlm_core.lm_base import AsyncLMBase, PrefixRequest, Request
+from genlm_core.row_pool import RowPool
+
+__all__ = ["DEFAULT_CACHE_BYTES", "BatchedAsyncLM"]
+
+#: Default byte budget of :class:`BatchedAsyncLM`'s output cache (256 MiB). An entry
+#: bound alone would let memory grow with the vocabulary: 4096 rows are 0.8 GiB for
+#: GPT-2's 50k tokens, 2 GiB for Llama-3's 128k.
+DEFAULT_CACHE_BYTES = 256 << 20
+
+
+class BatchedAsyncLM(AsyncLMBase):
+    """An AsyncLMBase whose calls go through the shared AutoBatcher and OutputCache.
+
+    Implement :meth:`compute_batch`; it runs off the event loop, receives unique
+    validated requests, and returns one log-probability tensor per request.
+
+    Args:
+        tokenizer: See :class:`AsyncLMBase`.
+        batch_size: Most requests per forward pass.
+        max_wait: Seconds a batch may wait for more callers, counted from its first
+            request. 0 dispatches as soon as the event loop has no more runnable callers.
+        cache_size: Most cached outputs (0 disables the cache).
+        cache_bytes: Byte budget of the cached outputs (default
+            :data:`DEFAULT_CACHE_BYTES`); None bounds them by ``cache_size`` alone.
+        timeout: genlm-backend's name for ``max_wait`` (accepted for migration).
+        **kwargs: Passed to :class:`AsyncLMBase`.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        batch_size: int = 64,
+        max_wait: float = 0.0,
+        cache_size: int = 4096,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(tokenizer, **kwargs)
+        if timeout is not None:  # genlm-backend's name for max_wait
+            max_wait = timeout
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        self.batch_size = batch_size
+        self.max_wait = max_wait
+        self.cache: OutputCache | None = (
+            OutputCache(max_entries=cache_size, max_bytes=cache_bytes) if cache_size else None
+        )
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AutoBatcher] = (
+            weakref.WeakKeyDictionary()
+        )
+        # One worker thread for the batchers of every event loop (one per asyncio.run):
+        # what init_worker_thread and the libraries set up in it is kept between runs.
+        self._worker_thread: WorkerThread | None = None
+        #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
+        #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
+        #: pages instead of fresh ones (see :mod:`genlm_core.row_pool`).
+        self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
+        self._batch_counts = [0, 0]  # compute_batch calls, requests they computed
+        self._batch_counts_lock = threading.Lock()  # the worker and sync callers count
+        #: Returns memory freed by batches (evicted rows, a backend's buffers) to the OS,
+        #: so that resident memory follows the cache budget (see :mod:`genlm_core.heap`).
+        self.heap_trimmer = HeapTrimmer(interval=0.5)
+
+    @abstractmethod
+    def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
+        """Compute log-probabilities for unique, validated requests (runs in a worker thread).
+
+        Args:
+            requests: Distinct ``Request(token_ids, lora_name)`` tuples.
+
+        Returns:
+            One float32 tensor of shape ``(len(byte_vocab),)`` per request, in order.
+        """
+
+    def init_worker_thread(self) -> None:
+        """Called once in the model's worker thread before its first batch.
+
+        Override to set thread-local state for :meth:`compute_batch` (genlm-hf sets
+        the thread's torch threads here). It runs only in that thread, which the model
+        keeps for every event loop it is used from, never in a caller's thread.
+        Default: nothing.
+        """
+
+    def compute_prefix_batch(
+        self, requests: list[PrefixRequest]
+    ) -> Sequence[Sequence[torch.Tensor]]:
+        """Optional: log-probs after every prefix of each request, one forward each.
+
+        Override it when the model can compute all positions of a sequence at once
+        (a causal LM's forward does); :meth:`prefix_next_token_logprobs` then sends
+        each sequence here whole instead of one :meth:`compute_batch` request per
+        prefix. Runs in the worker thread, like :meth:`compute_batch`; every row
+        returned is also stored in the output cache under its prefix's
+        :class:`Request`, so later next-token calls along the sequence are hits.
+
+        Args:
+            requests: Distinct ``PrefixRequest(token_ids, lora_name)``.
+
+        Returns:
+            Per request, one float32 tensor of shape ``(len(byte_vocab),)`` per prefix
+            ending at position ``start`` or later (or one tensor of shape
+            ``(len(token_ids) - start, vocab)``).
+        """
+        raise NotImplementedError  # pragma: no cover - only called when overridden
+
+    @property
+    def computes_prefixes_in_one_forward(self) -> bool:
+        """Whether this backend overrides :meth:`compute_prefix_batch`."""
+        return type(self).compute_prefix_batch is not BatchedAsyncLM.compute_prefix_batch
+
+    def _batch_fn(self, keys: list[Any]) -> list[torch.Tensor]:
+        """The batcher's function: next-token requests and prefix requests, cached."""
+        requests = [k for k in keys if type(k) is not PrefixRequest]
+        if len(requests) == len(keys):
+            return self._next_token_rows(keys)
+        prefix_requests = [k for k in keys if type(k) is PrefixRequest]
+        rows_of_requests = self._next_token_rows(requests) if requests else []
+        if len(rows_of_requests) != len(requests):
+            raise BatchSizeMismatchError(
+                f"{type(self).__name__}.compute_batch returned {len(rows_of_requests)} "
+                f"results for {len(requests)} requests"
+            )
+        results: dict[Any, torch.Tensor] = dict(zip(requests, rows_of_requests, strict=True))
+        outs = list(self.compute_prefix_batch(prefix_requests))
+        if len(outs) != len(prefix_requests):
+            raise BatchSizeMismatchError(
+                f"{type(self).__name__}.compute_prefix_batch returned {len(outs)} results "
+                f"for {len(prefix_requests)} requests"
+            )
+        for req, rows in zip(prefix_requests, outs, strict=True):
+            rows = [self._owned(row) for row in rows]
+            expected = len(req.token_ids) - req.start
+            if len(rows) != expected:
+                raise BackendContractError(
+                    f"{type(self).__name__}.compute_prefix_batch returned {len(rows)} rows "
+                    f"for a sequence of {len(req.token_ids)} tokens from position "
+                    f"{req.start}; expected {expected}, one per prefix"
+                )
+            if self.cache is not None:
+                for prefix, row in zip(req.prefixes(), rows, strict=True):
+                    self.cache[prefix] = row
+            results[req] = torch.stack(rows)
+        return [results[k] for k in keys]
+
+    def _next_token_rows(self, requests: list[Request]) -> list[torch.Tensor]:
+        outs = list(self.compute_batch(requests))
+        with self._batch_counts_lock:
+            self._batch_counts[0] += 1
+            self._batch_counts[1] += len(requests)
+        if len(outs) == len(requests):
+            outs = [self._owned(out) for out in outs]
+            if self.cache is not None:
+                for req, out in zip(requests, outs, strict=True):
+                    self.cache[req] = out
+        self.heap_trimmer.maybe_trim()
+        return outs
+
+    def _owned(self, out: Any) -> torch.Tensor:
+        """``out`` checked, and copied if it is a view (it would pin its whole batch).
+
+        Rows of the pool are whole: asking for their storage would keep one more Python
+        object per cached row alive, for the garbage collector to scan.
+        """
+        self._check_output(out)
+        if not self.row_pool.owns(out) and out.untyped_storage().nbytes() > out.nbytes:
+            return out.clone()
+        return out
+
+    def _check_output(self, out: Any) -> None:
+        if not isinstance(out, torch.Tensor) or out.shape != (len(self.byte_vocab),):
+            shape = getattr(out, "shape", None)
+            raise BackendContractError(
+                f"{type(self).__name__}.compute_batch returned {type(out).__name__} of shape "
+                f"{shape}; expected a torch.Tensor of shape ({len(self.byte_vocab)},)"
+            )
+
+    def _batcher(self) -> AutoBatcher:
+        loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None or batcher.closed:
+            worker = self._worker_thread
+            if worker is None or worker.closed:
+                worker = self._worker_thread = WorkerThread(
+                    f"{type(self).__name__}.worker", self.init_worker_thread
+                )
+            batcher = AutoBatcher(
+                self._batch_fn,
+                max_batch_size=self.batch_size,
+                max_wait=self.max_wait,
+                name=f"{type(self).__name__}.batcher",
+                worker_thread=worker,
+            )
+            self._batchers[loop] = batcher
+        return batcher
+
+    async def next_token_logprobs(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities of the next token, batched with concurrent callers."""
+        req = self.make_request(token_ids, lora_name)
+        if self.cache is not None:
+            hit = self.cache.get(req)
+            if hit is not None:
+                return hit
+        return await self._batcher().submit(req)
+
+    def next_token_logprobs_sync(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities of the next token, computed in the calling thread."""
+        return self.batch_next_token_logprobs_sync([token_ids], lora_name)[0]
+
+    async def batch_next_token_logprobs(
+        self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities for several prompts, submitted to the batcher together."""
+        reqs = self.make_requests(token_ids_list, lora_name)
+        if not reqs:
+            return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32)
+        outs: list[torch.Tensor | None] = [
+            self.cache.get(r) if self.cache is not None else None for r in reqs
+        ]
+        misses = [i for i, out in enumerate(outs) if out is None]
+        if misses:
+            computed = await self._batcher().submit_many([reqs[i] for i in misses])
+            for i, out in zip(misses, computed, strict=True):
+                outs[i] = out
+        return torch.stack(outs)  # type: ignore[arg-type]
+
+    def batch_next_token_logprobs_sync(
+        self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Synchronous batch, deduplicated and cached like the async path."""
+        reqs = self.make_requests(token_ids_list, lora_name)
+        if not reqs:
+            return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32)
+        results: dict[Request, torch.Tensor] = {}
+        missing: list[Request] = []
+        for req in reqs:
+            if req in results:
+                continue
+            hit = self.cache.get(req) if self.cache is not None else None
+            if hit is not None:
+                results[req] = hit
+            else:
+                results[req] = None  # type: ignore[assignment]
+                missing.append(req)
+        for start in range(0, len(missing), self.batch_size):
+            chunk = missing[start : start + self.batch_size]
+            outs = self._batch_fn(chunk)
+            if len(outs) != len(chunk):
+                raise BatchSizeMismatchError(
+                    f"{type(self).__name__}.compute_batch returned {len(outs)} results "
+                    f"for {len(chunk)} requests"
+                )
+            results.update(zip(chunk, outs, strict=True))
+        return torch.stack([results[r] for r in reqs])
+
+    async def prefix_next_token_logprobs(
+        self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
+    ) -> torch.Tensor:
+        """Next-token log-probabilities after every prefix, batched and cached.
+
+        Row ``j`` equals ``next_token_logprobs(token_ids[: start + j + 1])``. Rows
+        already in the output cache are not recomputed. With
+        :meth:`compute_prefix_batch` overridden the sequence is computed in one
+        forward; otherwise each missing prefix is one request of
+        :meth:`compute_batch`, in as few batches as fit.
+
+        Returns:
+            A float32 CPU tensor of shape ``(len(token_ids) - start, len(byte_vocab))``.
+        """
+        req = self.make_prefix_request(token_ids, lora_name, start)
+        rows = self._cached_prefix_rows(req)
+        missing = [i for i, row in enumerate(rows) if row is None]
+        if not missing:
+            return torch.stack(rows)  # type: ignore[arg-type]
+        if self.computes_prefixes_in_one_forward:
+            return await self._batcher().submit(req)
+        prefixes = req.prefixes()
+        computed = await self._batcher().submit_many([prefixes[i] for i in missing])
+        for i, row in zip(missing, computed, strict=True):
+            rows[i] = row
+        return torch.stack(rows)  # type: ignore[arg-type]
+
+    def prefix_next_token_logprobs_sync(
+        self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
+    ) -> torch.Tensor:
+        """Synchronous :meth:`prefix_next_token_logprobs`, computed in the calling thread."""
+        req = self.make_prefix_request(token_ids, lora_name, start)
+        rows = self._cached_prefix_rows(req)
+        if all(row is not None for row in rows):
+            return torch.stack(rows)  # type: ignore[arg-type]
+        if self.computes_prefixes_in_one_forward:
+            return self._batch_fn([req])[0]
+        return self.batch_next_token_logprobs_sync(
+            [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
+        )
+
+    def _cached_prefix_rows(self, req: PrefixRequest) -> list[torch.Tensor | None]:
+        prefixes = req.prefixes()
+        if self.cache is None:
+            return [None] * len(prefixes)
+        return [self.cache.get(prefix) for prefix in prefixes]
+
+    def clear_cache(self) -> None:
+        """Drop every cached output.
+
+        The memory of dropped rows stays in :attr:`row_pool` for the next batches
+        (within the output cache's byte budget, see :meth:`_free_row_bytes`);
+        :meth:`cleanup` frees it.
+        """
+        if self.cache is not None:
+            self.cache.clear()
+
+    def batch_info(self) -> dict[str, float]:
+        """How calls were batched since the model was made (or :meth:`reset_batch_info`).
+
+        Returns:
+            ``batches`` (calls of :meth:`compute_batch`), ``requests`` (distinct
+            requests they computed; cache hits and duplicates are not computed) and
+            ``mean_batch_size``.
+        """
+        with self._batch_counts_lock:
+            batches, requests = self._batch_counts
+        return {
+            "batches": batches,
+            "requests": requests,
+            "mean_batch_size": requests / batches if batches else 0.0,
+        }
+
+    def reset_batch_info(self) -> None:
+        """Start :meth:`batch_info`'s counts again from zero."""
+        with self._batch_counts_lock:
+            self._batch_counts[:] = [0, 0]
+
+    def output_cache_info(self) -> dict[str, int]:
+        """Entries and bytes of the output cache (zeros when off), and free row bytes kept."""
+        cache = self.cache
+        entries, nbytes = (len(cache), cache.nbytes) if cache is not None else (0, 0)
+        return {
+            "entries": entries,
+            "bytes": nbytes,
+            "free_row_bytes": self.row_pool.stats().free_bytes,
+        }
+
+    def _free_row_bytes(self) -> int:
+        """How many bytes of free rows :attr:`row_pool` may keep.
+
+        What the output cache's budget leaves unused (cached plus free rows stay
+        within ``cache_bytes``), and at least one full batch, so that a program in a
+        steady state, whose cache evicts a batch of rows per batch it adds, reuses
+        them.
+        """
+        row_bytes = self.row_pool.row_bytes
+        one_batch = self.batch_size * row_bytes
+        cache = self.cache
+        if cache is None:
+            return one_batch
+        if cache.max_bytes is not None:
+            budget = cache.max_bytes
+        elif cache.max_entries is not None:
+            budget = cache.max_entries * row_bytes
+        else:  # an unbounded cache: no budget to fill with free rows
+            return one_batch
+        return max(one_batch, budget - cache.nbytes)
+
+    def _drop_adapter_outputs(self, lora_name: str) -> None:
+        """Drop the cached outputs of adapter ``lora_name`` (it was replaced or removed)."""
+        if self.cache is not None:
+            self.cache.remove_if(lambda key: getattr(key, "lora_name", None) == lora_name)
+
+    def _release(self) -> None:
+        for batcher in list(self._batchers.values()):
+            batcher.close()
+        self._batchers.clear()
+        if self._worker_thread is not None:
+            self._worker_thread.shutdown()  # after the batches already handed to it
+        self.row_pool.close()
+        super()._release()
