@@ -75,9 +75,10 @@ def test_install_section_installs_the_core_and_hf(venv):
     assert done.stdout.startswith("2.13.0")  # the CPU torch the README installs first
 
 
-def test_snippet_runs_as_written(venv, tmp_path):
-    script = tmp_path / "snippet.py"
-    script.write_text(readme_block("snippet"))
+def run_python_block(name: str, venv: Path, tmp_path: Path) -> str:
+    """README's ``name`` block run with the venv's Python; its standard output."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(readme_block(name))
     done = subprocess.run(
         [str(venv / "bin" / "python"), str(script)],
         env=user_env(venv),
@@ -86,21 +87,15 @@ def test_snippet_runs_as_written(venv, tmp_path):
         timeout=900,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == " Paris\n"
+    return done.stdout
+
+
+def test_snippet_runs_as_written(venv, tmp_path):
+    assert run_python_block("snippet", venv, tmp_path) == " Paris\n"
 
 
 def test_bytes_snippet_runs_as_written(venv, tmp_path):
-    script = tmp_path / "bytes_snippet.py"
-    script.write_text(readme_block("bytes-snippet"))
-    done = subprocess.run(
-        [str(venv / "bin" / "python"), str(script)],
-        env=user_env(venv),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = run_python_block("bytes-snippet", venv, tmp_path)
     assert out.startswith("Chart {\n  b'n': ")  # the healed next byte, most likely
     assert out.strip().splitlines()[-1] == "b'nce is Paris. It is '"
 

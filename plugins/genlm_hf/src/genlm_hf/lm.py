@@ -302,17 +302,7 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
             if layout is not None:
                 for row in group:
                     self.kv_cache.count(row.past_len)
-            logits, buffer, width_past = run_group(
-                self.model,
-                group,
-                layout,
-                keep_kwarg=self._keep_kwarg,
-                workspace=self._workspace,
-                pool=self.kv_cache.pool,
-                logits_workspace=self._logits_workspace,
-                helper=self._helper,
-                onednn=self.linear_kernel == "onednn",
-            )
+            logits, buffer, width_past = self._forward(group)
             rows_out = log_softmax_rows(
                 logits, self._logprobs_workspace, self._helper, self.row_pool
             )
@@ -327,11 +317,34 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
             del buffer, logits
         return done
 
-    def _row(self, lora_name: str | None, ids: tuple[int, ...], *, record: bool) -> Row:
+    def _row(
+        self, lora_name: str | None, ids: tuple[int, ...], *, record: bool, first: int | None = None
+    ) -> Row:
+        """A row of a forward: ``ids`` run from the longest cached prefix of ``ids[:first]``.
+
+        ``first`` (default: the last position, whose logits are wanted) is the first
+        position the forward must compute.
+        """
         if self._layout is None:
             return Row(ids, [], 0)
-        segments = self.kv_cache.match(lora_name, ids, len(ids) - 1, record=record)
+        limit = len(ids) - 1 if first is None else first
+        segments = self.kv_cache.match(lora_name, ids, limit, record=record)
         return Row(ids, segments, sum(used for _, used in segments))
+
+    def _forward(self, group: list[Row], *, all_positions: bool = False) -> Any:
+        """:func:`run_group` over ``group`` with this model's buffers, helper and kernel."""
+        return run_group(
+            self.model,
+            group,
+            self._layout,
+            keep_kwarg=self._keep_kwarg,
+            workspace=self._workspace,
+            pool=self.kv_cache.pool,
+            logits_workspace=self._logits_workspace,
+            helper=self._helper,
+            onednn=self.linear_kernel == "onednn",
+            all_positions=all_positions,
+        )
 
     def next_token_logprobs_uncached(
         self, token_ids: Sequence[int], lora_name: str | None = None

@@ -21,7 +21,7 @@ import torch
 from genlm_core.errors import ModelClosedError
 from genlm_core.lm import PrefixRequest, Request
 from genlm_core.prefix_batching import plan_groups
-from genlm_hf._forward import Row, log_softmax_rows, run_group
+from genlm_hf._forward import Row, log_softmax_rows
 
 __all__ = ["PREFIX_LOGITS_BYTES", "PrefixForwards"]
 
@@ -81,12 +81,15 @@ class PrefixForwards:
             group = []
             for k in pending:
                 ids = reqs[k].token_ids
-                row = self._prefix_row(lora_name, ids[: done[k] + chunk], done[k])
+                row = self._row(lora_name, ids[: done[k] + chunk], record=False, first=done[k])
                 owner[id(row)] = k
                 group.append(row)
             for index, planned in enumerate(plan_groups(group, per_token, self.max_batch_kv_bytes)):
                 if index:  # a forward's inserts may have evicted the slots found before
-                    again = [self._prefix_row(lora_name, r.token_ids, r.past_len) for r in planned]
+                    again = [
+                        self._row(lora_name, r.token_ids, record=False, first=r.past_len)
+                        for r in planned
+                    ]
                     owner.update(
                         (id(new), owner[id(old)]) for old, new in zip(planned, again, strict=True)
                     )
@@ -116,18 +119,7 @@ class PrefixForwards:
 
     def _forward_all_positions(self, lora_name: str | None, group: list[Row]) -> list[list[Any]]:
         """One forward over ``group`` keeping every new position; K/V stored. Rows per row."""
-        logits, buffer, width_past = run_group(
-            self.model,
-            group,
-            self._layout,
-            keep_kwarg=self._keep_kwarg,
-            workspace=self._workspace,
-            pool=self.kv_cache.pool,
-            logits_workspace=self._logits_workspace,
-            helper=self._helper,
-            onednn=self.linear_kernel == "onednn",
-            all_positions=True,
-        )
+        logits, buffer, width_past = self._forward(group, all_positions=True)
         outs = [
             log_softmax_rows(
                 logits[i, : row.n_new], self._logprobs_workspace, self._helper, self.row_pool
@@ -141,13 +133,3 @@ class PrefixForwards:
                 buffer[:, :, :, width_past:],
             )
         return outs
-
-    def _prefix_row(self, lora_name: str | None, ids: tuple[int, ...], first: int) -> Row:
-        """A row computing positions ``>= first`` of ``ids``.
-
-        Its past is the longest cached prefix of ``ids[:first]``.
-        """
-        if self._layout is None:
-            return Row(ids, [], 0)
-        segments = self.kv_cache.match(lora_name, ids, first, record=False)
-        return Row(ids, segments, sum(used for _, used in segments))
