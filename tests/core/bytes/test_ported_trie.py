@@ -263,7 +263,10 @@ async def test_async_error_handling(decode):
         pytest.param("cpu"),
         pytest.param(
             "cuda",
-            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available"),
+            marks=pytest.mark.skipif(
+                not torch.cuda.is_available(),
+                reason="requires an NVIDIA GPU (torch.cuda.is_available() is False)",
+            ),
         ),
     ],
 )
