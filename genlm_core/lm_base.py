@@ -23,7 +23,7 @@ from genlm_core.errors import (
     UnknownLoraError,
 )
 from genlm_core.tokenization import Token, decode_vocab
-from genlm_core.validation import is_int_at_least
+from genlm_core.validation import is_int_at_least, is_integer
 
 __all__ = ["AsyncLM", "AsyncLMBase", "PrefixRequest", "Request", "sampling_args"]
 
@@ -248,7 +248,7 @@ class AsyncLMBase(ABC):
         if all(type(t) is int for t in ids) and 0 <= min(ids) and max(ids) < n:
             return ids
         for pos, t in enumerate(ids):
-            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            if not is_integer(t):
                 raise InvalidTokenIdsError(
                     f"token_ids[{pos}] = {t!r} is a {type(t).__name__}, not an int"
                 )

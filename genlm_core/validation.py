@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
-__all__ = ["is_int_at_least"]
+__all__ = ["is_int_at_least", "is_integer"]
 
 
 def is_int_at_least(value: Any, minimum: int) -> bool:
@@ -14,3 +15,12 @@ def is_int_at_least(value: Any, minimum: int) -> bool:
     byte budget of 1.
     """
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def is_integer(value: Any) -> bool:
+    """True for any integral number (``int``, NumPy integers) that is not a ``bool``.
+
+    For values users pass from array code (token ids, byte values, counts), where a
+    NumPy integer is as good as an ``int``.
+    """
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import numbers
 import weakref
 from collections.abc import Hashable, Iterator
 from typing import Any
@@ -38,6 +37,7 @@ from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
 from genlm_core.bytes.errors import EmptyBeamError, InvalidBeamParamsError, InvalidByteError
 from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs, logsumexp
 from genlm_core.trie.async_trie import AsyncTokenByteTrie
+from genlm_core.validation import is_integer
 
 __all__ = ["BeamParams", "ByteBeamState"]
 
@@ -262,11 +262,7 @@ class ByteBeamState(StatefulByteLM):
 
 
 def _check_byte(a: Any) -> int:
-    if (
-        isinstance(a, bool)
-        or not isinstance(a, numbers.Integral)
-        or not (0 <= a <= 255 or a == EOS)
-    ):
+    if not is_integer(a) or not (0 <= a <= 255 or a == EOS):
         raise InvalidByteError(
             f"a beam reads bytes 0-255 or EOS ({EOS}), got {a!r}; for text, feed "
             f"text.encode('utf-8') to prefill(), or its bytes one by one"

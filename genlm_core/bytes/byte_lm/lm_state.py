@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -17,6 +16,7 @@ from genlm_core.bytes.display import escape
 from genlm_core.bytes.errors import InvalidByteError, MissingStartTokenError
 from genlm_core.bytes.probs import EOS
 from genlm_core.errors import InvalidTokenIdsError
+from genlm_core.validation import is_integer
 
 __all__ = ["StatefulByteLM", "StatefulTokenizedLM", "sample_dict", "start_token_id"]
 
@@ -76,7 +76,7 @@ class StatefulTokenizedLM:
 
     def __lshift__(self, token: int) -> StatefulTokenizedLM:
         """The state after appending ``token`` (the context is trimmed to the maximum)."""
-        if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+        if not is_integer(token):
             raise InvalidTokenIdsError(f"a token id must be an int, got {token!r}")
         context = self.context
         limit = self.max_context_length
@@ -153,7 +153,7 @@ class StatefulByteLM(ABC):
         )
 
     async def _generate(self, context: Any, steps: int, choose: Callable[[Any], Any]) -> bytes:
-        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
+        if not is_integer(steps) or steps < 0:
             raise InvalidByteError(f"steps must be an integer >= 0, got {steps!r}")
         out = list(_as_bytes(context))
         state = await self.prefill(out)

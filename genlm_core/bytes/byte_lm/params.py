@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from genlm_core.bytes.errors import InvalidBeamParamsError
+from genlm_core.validation import is_integer
 
 __all__ = ["BeamParams"]
 
@@ -57,7 +58,7 @@ class BeamParams:
                 stacklevel=3,
             )
             self.eos_byte_strings, self.eos_tokens = self.eos_tokens, None
-        if isinstance(self.K, bool) or not isinstance(self.K, numbers.Integral) or self.K < 1:
+        if not is_integer(self.K) or self.K < 1:
             raise InvalidBeamParamsError(
                 f"K (the beam width) must be an integer >= 1, got {self.K!r}"
             )
@@ -70,9 +71,7 @@ class BeamParams:
             )
         for name in ("heal_max_backoff", "heal_max_splits"):
             value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0
-            ):
+            if value is not None and (not is_integer(value) or value < 0):
                 raise InvalidBeamParamsError(
                     f"{name} must be None (no limit) or an integer >= 0, got {value!r}"
                 )
