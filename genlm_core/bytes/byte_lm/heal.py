@@ -15,19 +15,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from genlm_core.bytes.byte_lm.trie_state import LazyTrieState
+from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, eot_edges
 from genlm_core.bytes.display import format_byte
 
 __all__ = ["TokenHealer"]
-
-
-def _find_all_eot_edges(children: dict[Any, int], eot_sentinel: Any) -> list[tuple[int, int]]:
-    """``(leaf, token_id)`` of the EOT edges among ``children`` (duplicate tokens too)."""
-    return [
-        (node, key[1])
-        for key, node in children.items()
-        if type(key) is tuple and key[0] == eot_sentinel
-    ]
 
 
 class TokenHealer:
@@ -87,12 +78,12 @@ class TokenHealer:
             node_at_k = children[node_at_k].get(b)
             if node_at_k is None:
                 return None  # no such path
-        eot_edges = _find_all_eot_edges(children[node_at_k], trie.eot_sentinel)
-        if not eot_edges:
+        ends = eot_edges(trie, node_at_k)
+        if not ends:
             if self.verbose:
                 print(f"[heal] k={k}: no EOT at {bytes(state.partial[:k])!r}")
             return None
-        for eot_node, eot_token_id in eot_edges:
+        for eot_node, eot_token_id in ends:
             result = await self._try_eot_at_k(
                 state, trie, base_weight, k, next_byte, eot_node, eot_token_id
             )
@@ -180,7 +171,7 @@ async def _prefetch_commits(state: Any, trie: Any, ks: list[int]) -> None:
         nodes.append(node)
     for k in ks:
         if k < len(nodes):
-            for _, token_id in _find_all_eot_edges(trie.children[nodes[k]], trie.eot_sentinel):
+            for _, token_id in eot_edges(trie, nodes[k]):
                 contexts.append((lm_state << int(token_id)).context)
     if len(contexts) > 1:
         await asyncio.gather(*(model.next_token_logprobs(c) for c in contexts))

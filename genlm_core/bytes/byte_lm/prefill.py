@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from genlm_core.bytes.byte_lm.trie_state import eot_edges
 from genlm_core.errors import InvalidTokenIdsError
 
 __all__ = ["WINDOW_BYTES", "canonical_tokens", "read_ahead"]
@@ -112,13 +113,13 @@ def _likely_detours(
 
 def _tokens_spelling_prefixes(trie: Any, spelled: bytes, position: int) -> list[int]:
     """Ids of the tokens whose bytes are a non-empty prefix of ``spelled[position:]``."""
-    children, sentinel = trie.children, trie.eot_sentinel
+    children = trie.children
     node, out = trie.root, []
     for b in spelled[position:]:
         node = children[node].get(b)
         if node is None:
             break
-        out.extend(key[1] for key in children[node] if type(key) is tuple and key[0] == sentinel)
+        out.extend(token for _, token in eot_edges(trie, node))
     return out
 
 
@@ -148,7 +149,7 @@ def canonical_tokens(model: Any, trie: Any, spelled: bytes) -> list[int]:
 
 def _longest_first(trie: Any, data: bytes) -> list[int]:
     """Greedy longest-match tokens spelling ``data`` (stops where no token matches)."""
-    children, sentinel = trie.children, trie.eot_sentinel
+    children = trie.children
     tokens: list[int] = []
     position = 0
     while position < len(data):
@@ -157,9 +158,8 @@ def _longest_first(trie: Any, data: bytes) -> list[int]:
             node = children[node].get(b)
             if node is None:
                 break
-            ids = [key[1] for key in children[node] if type(key) is tuple and key[0] == sentinel]
-            if ids:
-                best = (length, ids[0])
+            if ends := eot_edges(trie, node):
+                best = (length, ends[0][1])
         if best is None:
             break
         tokens.append(best[1])

@@ -114,12 +114,7 @@ class LazyTrieState:
 
     def get_all_EOT(self) -> list[tuple[int, int]]:  # noqa: N802 - genlm-bytes' name
         """``(leaf, token_id)`` of every token ending at the current node (duplicates too)."""
-        sentinel = self.trie.trie.eot_sentinel
-        return [
-            (node, key[1])
-            for key, node in self.children[self.node].items()
-            if type(key) is tuple and key[0] == sentinel
-        ]
+        return eot_edges(self.trie.trie, self.node)
 
     def __lshift__(self, b: int) -> LazyTrieState | None:
         """The state after reading byte ``b`` (or ``EOS``), None if the trie has no such edge."""
@@ -214,3 +209,16 @@ async def _log_masses(trie: Any, logps: Any, mode: Any) -> np.ndarray:
     with np.errstate(divide="ignore"):
         masses = np.asarray(masses.cpu() if hasattr(masses, "cpu") else masses)
         return np.log(masses, dtype=np.float64)
+
+
+def eot_edges(trie: Any, node: int) -> list[tuple[int, int]]:
+    """``(leaf, token_id)`` of every token ending at ``node`` of a ``TokenByteTrie``.
+
+    Its leaf edges are keyed ``(eot_sentinel, token_id)``; duplicate tokens all count.
+    """
+    sentinel = trie.eot_sentinel
+    return [
+        (leaf, key[1])
+        for key, leaf in trie.children[node].items()
+        if type(key) is tuple and key[0] == sentinel
+    ]
