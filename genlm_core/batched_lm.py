@@ -148,6 +148,7 @@ class BatchedAsyncLM(AsyncLMBase):
             )
         results: dict[Any, torch.Tensor] = dict(zip(requests, rows_of_requests, strict=True))
         outs = list(self.compute_prefix_batch(prefix_requests))
+        self.heap_trimmer.maybe_trim()
         if len(outs) != len(prefix_requests):
             raise BatchSizeMismatchError(
                 f"{type(self).__name__}.compute_prefix_batch returned {len(outs)} results "

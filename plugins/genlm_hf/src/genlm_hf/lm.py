@@ -28,7 +28,7 @@ import concurrent.futures
 import importlib.util
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -255,19 +255,30 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
 
     def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
         """Log-probs for distinct requests: per adapter, cached pasts + batched forwards."""
-        outs: list[torch.Tensor] = []
+        return self._per_adapter(requests, self._compute_requests)
+
+    def _per_adapter(
+        self, requests: Sequence[Any], compute: Callable[[str | None, list[Any]], list[Any]]
+    ) -> list[Any]:
+        """``compute(lora_name, its requests)`` per adapter, under the lock, in request order.
+
+        The base class trims the heap of the buffers freed (``heap_trimmer``).
+        """
         with self._lock, torch.no_grad():
             if self.model is None:
                 raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-            by_adapter: dict[str | None, list[tuple[int, ...]]] = {}
+            by_adapter: dict[str | None, list[Any]] = {}
             for req in requests:
-                by_adapter.setdefault(req.lora_name, []).append(req.token_ids)
-            results: dict[str | None, dict[tuple[int, ...], torch.Tensor]] = {}
-            for lora_name, prompts in by_adapter.items():
+                by_adapter.setdefault(req.lora_name, []).append(req)
+            results: dict[Any, Any] = {}
+            for lora_name, reqs in by_adapter.items():
                 self._activate(lora_name)
-                results[lora_name] = self._compute(lora_name, prompts)
-            outs = [results[req.lora_name][req.token_ids] for req in requests]
-        return outs  # the base class trims the heap of the buffers freed (heap_trimmer)
+                results.update(zip(reqs, compute(lora_name, reqs), strict=True))
+            return [results[req] for req in requests]
+
+    def _compute_requests(self, lora_name: str | None, reqs: list[Request]) -> list[torch.Tensor]:
+        done = self._compute(lora_name, [req.token_ids for req in reqs])
+        return [done[req.token_ids] for req in reqs]
 
     def _compute(
         self, lora_name: str | None, prompts: list[tuple[int, ...]]
@@ -308,12 +319,7 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
             )
             for row, out in zip(group, rows_out, strict=True):
                 done[row.token_ids] = out
-            if buffer is not None:
-                self.kv_cache.insert_many(
-                    lora_name,
-                    [(row.token_ids, row.past_len) for row in group],
-                    buffer[:, :, :, width_past:],
-                )
+            self._store_kv(lora_name, group, buffer, width_past)
             del buffer, logits
         return done
 
@@ -345,6 +351,17 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
             onednn=self.linear_kernel == "onednn",
             all_positions=all_positions,
         )
+
+    def _store_kv(
+        self, lora_name: str | None, group: list[Row], buffer: Any, width_past: int
+    ) -> None:
+        """Keep the keys and values a forward over ``group`` computed (``buffer``, if any)."""
+        if buffer is not None:
+            self.kv_cache.insert_many(
+                lora_name,
+                [(row.token_ids, row.past_len) for row in group],
+                buffer[:, :, :, width_past:],
+            )
 
     def next_token_logprobs_uncached(
         self, token_ids: Sequence[int], lora_name: str | None = None

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 
-from genlm_core.errors import ModelClosedError
 from genlm_core.lm import PrefixRequest, Request
 from genlm_core.prefix_batching import plan_groups
 from genlm_hf._forward import Row, log_softmax_rows
@@ -33,13 +32,10 @@ PREFIX_LOGITS_BYTES = 64 << 20
 class PrefixForwards:
     """``compute_prefix_batch`` for :class:`~genlm_hf.lm.AsyncTransformer`."""
 
-    model: Any
     cache: Any
-    kv_cache: Any
     byte_vocab: list[Any]
     row_pool: Any
     max_batch_kv_bytes: int
-    linear_kernel: str
 
     def compute_prefix_batch(self, requests: list[PrefixRequest]) -> list[list[torch.Tensor]]:
         """Log-probs after every prefix of each sequence: one forward over its new tokens.
@@ -49,18 +45,7 @@ class PrefixForwards:
         prefix cache, so later calls along it, or branching off it, run only their
         own new tokens; the core puts every row in the output cache.
         """
-        with self._lock, torch.no_grad():
-            if self.model is None:
-                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-            by_adapter: dict[str | None, list[PrefixRequest]] = {}
-            for req in requests:
-                by_adapter.setdefault(req.lora_name, []).append(req)
-            results: dict[PrefixRequest, list[torch.Tensor]] = {}
-            for lora_name, reqs in by_adapter.items():
-                self._activate(lora_name)
-                results.update(zip(reqs, self._compute_prefixes(lora_name, reqs), strict=True))
-        self.heap_trimmer.maybe_trim()
-        return [results[req] for req in requests]
+        return self._per_adapter(requests, self._compute_prefixes)
 
     def _compute_prefixes(
         self, lora_name: str | None, reqs: list[PrefixRequest]
@@ -85,18 +70,14 @@ class PrefixForwards:
                 owner[id(row)] = k
                 group.append(row)
             for index, planned in enumerate(plan_groups(group, per_token, self.max_batch_kv_bytes)):
+                ks = [owner[id(row)] for row in planned]
                 if index:  # a forward's inserts may have evicted the slots found before
-                    again = [
+                    planned = [
                         self._row(lora_name, r.token_ids, record=False, first=r.past_len)
                         for r in planned
                     ]
-                    owner.update(
-                        (id(new), owner[id(old)]) for old, new in zip(planned, again, strict=True)
-                    )
-                    planned = again
                 outs = self._forward_all_positions(lora_name, planned)
-                for row, out in zip(planned, outs, strict=True):
-                    k = owner[id(row)]
+                for k, row, out in zip(ks, planned, outs, strict=True):
                     rows[k][row.past_len : len(row.token_ids)] = out
                     done[k] = len(row.token_ids)
         return [r[req.start :] for r, req in zip(rows, reqs, strict=True)]
@@ -126,10 +107,5 @@ class PrefixForwards:
             )
             for i, row in enumerate(group)
         ]
-        if buffer is not None:
-            self.kv_cache.insert_many(
-                lora_name,
-                [(row.token_ids, row.past_len) for row in group],
-                buffer[:, :, :, width_past:],
-            )
+        self._store_kv(lora_name, group, buffer, width_past)
         return outs
