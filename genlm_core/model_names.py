@@ -36,15 +36,15 @@ def embedded_model(name: str) -> str | None:
     from genlm_core.assets import MODEL_NAMES
 
     folded = name.strip().casefold()
-    return next((m for m in MODEL_NAMES if m == folded), None)
+    return folded if folded in MODEL_NAMES else None
 
 
 def _alternatives() -> str:
-    from genlm_core.assets import MODEL_NAMES
+    from genlm_core.assets import DEFAULT_MODEL, MODEL_NAMES
 
     return (
         f"load an embedded model, which needs no hub "
-        f"(e.g. load_model_by_name('smollm2-135m-instruct'); all of them: "
+        f"(e.g. load_model_by_name({DEFAULT_MODEL!r}); all of them: "
         f"{', '.join(MODEL_NAMES)}; `genlm models` lists them)"
     )
 

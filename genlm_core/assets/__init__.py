@@ -51,6 +51,7 @@ except ImportError:  # pragma: no cover - Windows: no cross-process locking
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
+    "DEFAULT_MODEL",
     "MODEL_NAMES",
     "TOKENIZER_NAMES",
     "AssetBuildError",
@@ -69,6 +70,8 @@ MARKER = ".genlm-asset.json"
 FORMAT = 1  # layout/marker format: bumping it rebuilds every asset
 TOKENIZER_NAMES: tuple[str, ...] = tuple(TOKENIZERS)
 MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
+#: The embedded model the README, the demo and the hints name.
+DEFAULT_MODEL = "smollm2-135m-instruct"
 _SUBDIR = {"tokenizer": "tok", "model": "models"}
 _DISTRIBUTION = {"google.protobuf": "protobuf"}  # import name -> pip name, where they differ
 

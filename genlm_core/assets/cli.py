@@ -13,13 +13,11 @@ import time
 from pathlib import Path
 
 from genlm_core import assets
+from genlm_core.assets import DEFAULT_MODEL
 from genlm_core.assets._convert.recipes import MODELS, TOKENIZERS, Recipe
 from genlm_core.errors import GenlmError
 
 __all__ = ["add_commands", "main", "run"]
-
-#: The model ``load_model_by_name`` examples and the demo use.
-DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 def _size(path: Path) -> int:
@@ -45,7 +43,7 @@ def _print_rows(recipes: list[Recipe]) -> None:
     root = assets.assets_root()
     for recipe in recipes:
         state = assets.status(recipe.name)
-        final = root / ("models" if recipe.kind == "model" else "tok") / recipe.name
+        final = assets._final_dir(recipe, root)  # where the asset cache keeps it
         size = _human(_size(final)) if state != "missing" else f"~{_human(_download_size(recipe))}"
         print(f"  {recipe.name:<22} {state:<10} {size:>10}  {recipe.about}")
 
