@@ -9,6 +9,7 @@ coalesced, deduplicated, cached async calls and matching sync calls.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import weakref
 from abc import abstractmethod
@@ -303,7 +304,9 @@ class BatchedAsyncLM(AsyncLMBase):
         if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
-            return await self._batcher().submit(req)
+            first = missing[0]  # cached leading rows are not asked for again
+            computed = await self._batcher().submit(_from(req, first))
+            return _after(rows[:first], computed)
         prefixes = req.prefixes()
         computed = await self._batcher().submit_many([prefixes[i] for i in missing])
         for i, row in zip(missing, computed, strict=True):
@@ -316,10 +319,12 @@ class BatchedAsyncLM(AsyncLMBase):
         """Synchronous :meth:`prefix_next_token_logprobs`, computed in the calling thread."""
         req = self.make_prefix_request(token_ids, lora_name, start)
         rows = self._cached_prefix_rows(req)
-        if all(row is not None for row in rows):
+        missing = [i for i, row in enumerate(rows) if row is None]
+        if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
-            return self._batch_fn([req])[0]
+            first = missing[0]
+            return _after(rows[:first], self._batch_fn([_from(req, first)])[0])
         return self.batch_next_token_logprobs_sync(
             [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
         )
@@ -405,3 +410,13 @@ class BatchedAsyncLM(AsyncLMBase):
             self._worker_thread.shutdown()  # after the batches already handed to it
         self.row_pool.close()
         super()._release()
+
+
+def _from(req: PrefixRequest, skip: int) -> PrefixRequest:
+    """``req`` without its first ``skip`` rows (already known)."""
+    return dataclasses.replace(req, start=req.start + skip) if skip else req
+
+
+def _after(known: list[Any], computed: torch.Tensor) -> torch.Tensor:
+    """The rows ``known`` (leading) followed by ``computed``."""
+    return torch.cat([torch.stack(known), computed]) if known else computed
