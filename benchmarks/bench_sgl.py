@@ -310,6 +310,17 @@ def _batches(n: int, tokenizer: Any) -> list[list[list[int]]]:
     ]
 
 
+def _median_batch_ms(lm: Any, repeats: int) -> float:
+    """Median ms of one uncached batch call over ``repeats`` batches (a first one warms up)."""
+    times = []
+    for batch in _batches(repeats + 1, lm.tokenizer):
+        lm.clear_cache()
+        start = time.perf_counter()
+        lm.batch_next_token_logprobs_sync(batch)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times[1:])
+
+
 def options_child(kind: str, repeats: int) -> None:
     from genlm_core.testing.assets import model_dir
 
@@ -319,13 +330,7 @@ def options_child(kind: str, repeats: int) -> None:
         from genlm_sgl.lm import AsyncSGLTransformer
 
         lm = AsyncSGLTransformer.from_name(path, engine_opts=engine_opts(), cache_size=0)
-        times = []
-        for batch in _batches(repeats + 1, lm.tokenizer):
-            lm.clear_cache()
-            start = time.perf_counter()
-            lm.batch_next_token_logprobs_sync(batch)
-            times.append(time.perf_counter() - start)
-        out["in-process scheduler (ours)"] = 1000 * statistics.median(times[1:])
+        out["in-process scheduler (ours)"] = _median_batch_ms(lm, repeats)
     else:
         out.update(_options_engine(path, repeats))
     print("RESULT " + json.dumps(out), flush=True)
@@ -398,14 +403,9 @@ def _options_server(url: str, repeats: int) -> dict[str, float]:
     from genlm_sgl.server import AsyncSGLServerLM
 
     lm = AsyncSGLServerLM.from_url(url, cache_size=0)
-    times = []
-    for batch in _batches(repeats + 1, lm.tokenizer):
-        lm.clear_cache()
-        start = time.perf_counter()
-        lm.batch_next_token_logprobs_sync(batch)
-        times.append(time.perf_counter() - start)
+    ms = _median_batch_ms(lm, repeats)
     lm.cleanup()
-    return {"server over HTTP, flat base64 (ours)": 1000 * statistics.median(times[1:])}
+    return {"server over HTTP, flat base64 (ours)": ms}
 
 
 def main() -> None:

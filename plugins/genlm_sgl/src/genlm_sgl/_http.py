@@ -20,8 +20,8 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -33,6 +33,8 @@ __all__ = ["RETRY_STATUS", "ServerClient"]
 
 #: HTTP statuses after which a chunk is retried (after aborting it on the server).
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+_T = TypeVar("_T")
 
 
 class ServerClient:
@@ -97,9 +99,9 @@ class ServerClient:
             EngineOutputError: A row is missing or does not cover the vocabulary.
         """
         width = out[0].shape[0]
-        attempt = 0
-        while True:
-            rids = [f"genlm-{uuid.uuid4().hex}" for _ in prompts]
+
+        def send() -> tuple[list[str], httpx.Response]:
+            rids = [f"genlm-{uuid.uuid4().hex}" for _ in prompts]  # fresh ids per attempt
             payload = {
                 "input_ids": [list(p) for p in prompts],
                 "rid": rids,
@@ -112,18 +114,12 @@ class ServerClient:
             if lora is not None:
                 payload["lora_path"] = [lora] * len(prompts)
             try:
-                response = self._send("POST", "/generate", payload)
-            except _Retryable as exc:
-                self._abort(rids)
-                attempt += 1
-                if attempt > self.retries:
-                    raise ServerError(
-                        f"SGLang server {self.url} failed {attempt} times for a chunk of "
-                        f"{len(prompts)} prompts; last error: {exc}"
-                    ) from exc.__cause__
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-                continue
-            break
+                return rids, self._send("POST", "/generate", payload)
+            except _Retryable:
+                self._abort(rids)  # the server may still be running them
+                raise
+
+        rids, response = self._retrying(f"a chunk of {len(prompts)} prompts", send)
         body = response.json()
         if isinstance(body, dict):
             body = [body]
@@ -144,16 +140,20 @@ class ServerClient:
     # -- plumbing ---------------------------------------------------------------------
 
     def _call(self, method: str, path: str, payload: Any) -> httpx.Response:
+        return self._retrying(f"{method} {path}", lambda: self._send(method, path, payload))
+
+    def _retrying(self, what: str, send: Callable[[], _T]) -> _T:
+        """``send()``, retried with backoff while it raises :class:`_Retryable`."""
         attempt = 0
         while True:
             try:
-                return self._send(method, path, payload)
+                return send()
             except _Retryable as exc:
                 attempt += 1
                 if attempt > self.retries:
                     raise ServerError(
-                        f"SGLang server {self.url} failed {attempt} times for {method} "
-                        f"{path}; last error: {exc}"
+                        f"SGLang server {self.url} failed {attempt} times for {what}; "
+                        f"last error: {exc}"
                     ) from exc.__cause__
                 time.sleep(self.backoff * 2 ** (attempt - 1))
 
@@ -201,9 +201,10 @@ def _fill_row(meta: dict[str, Any], rid: str, row: torch.Tensor) -> None:
             f"request {rid}: SGLang returned {values.shape[0]} log-probs and {ids.shape[0]} "
             f"token ids, expected {width} of each (the full vocabulary)"
         )
-    row.fill_(float("nan"))
-    row[torch.from_numpy(ids.astype(np.int64))] = torch.from_numpy(values.copy())
-    if torch.isnan(row).any():
+    out = row.numpy()  # the row's own memory: no index or value copies on this path
+    out.fill(np.nan)
+    out[ids] = values
+    if np.isnan(out).any():
         raise EngineOutputError(
             f"request {rid}: SGLang's log-prob row does not cover every token id 0..{width - 1}"
         )

@@ -11,14 +11,15 @@ duplicate a request). The server's radix cache reuses shared prefixes.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
-from genlm_core.errors import ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, Request
+from genlm_core.validation import is_int_at_least
 from genlm_sgl._http import ServerClient
 from genlm_sgl.errors import ModelLoadError, ServerError
 
@@ -56,7 +57,7 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         **kwargs: Any,
     ) -> None:
         for name, value in (("chunk_size", chunk_size), ("max_concurrency", max_concurrency)):
-            if not isinstance(value, int) or value < 1:
+            if not is_int_at_least(value, 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         super().__init__(
             tokenizer,
@@ -122,8 +123,7 @@ class AsyncSGLServerLM(BatchedAsyncLM):
 
     def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
         """One HTTP call per chunk of prompts (per adapter), up to ``max_concurrency`` at once."""
-        if self._closed:
-            raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+        self._check_open()
         out = self.row_pool.empty_rows(len(requests))
         jobs = []
         groups: dict[str | None, list[int]] = {}
@@ -203,10 +203,8 @@ class AsyncSGLServerLM(BatchedAsyncLM):
     def _release(self) -> None:
         super()._release()
         for lora_name in list(self._loras):
-            try:
+            with contextlib.suppress(ServerError):  # the server may be gone already
                 self._forget_adapter(lora_name)
-            except ServerError:
-                self._loras.pop(lora_name, None)
         self._pool.shutdown(wait=True)
         self.client.close()
 
