@@ -41,13 +41,29 @@ from genlm_core.errors import (
 )
 from genlm_core.validation import is_int_at_least
 
-__all__ = ["AutoBatcher", "BatcherStats", "WorkerThread"]
+__all__ = ["AutoBatcher", "BatcherStats", "RequestFailure", "WorkerThread"]
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
 
 _Waiters = list  # list[asyncio.Future[R]]: the futures of every caller of one key
 _PIPELINE_DEPTH = 2  # batches handed to the thread at once: one running, one full queued
+
+
+class RequestFailure:
+    """What ``batch_fn`` returns for a key that failed on its own: its callers get ``error``.
+
+    The other keys of the batch get their results: one bad request (a removed adapter,
+    a row a backend got wrong) never fails its neighbours.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"RequestFailure({self.error!r})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +91,8 @@ class AutoBatcher(Generic[K, R]):
 
     Args:
         batch_fn: Called with a list of unique keys; returns one result per key, in
-            order. Runs in a worker thread, one batch at a time.
+            order (a :class:`RequestFailure` fails that key's callers alone). Runs in a
+            worker thread, one batch at a time.
         max_batch_size: Most unique keys per call of ``batch_fn``.
         max_wait: Seconds the first request of a batch may wait for company. With
             ``adaptive=False`` the batch waits that long unless it fills up; with
@@ -159,6 +176,7 @@ class AutoBatcher(Generic[K, R]):
         self._lane: WorkerThread | None = None  # our own, started on first use
         self._lock = threading.Lock()  # guards _closed and _lane across threads
         self._closed = False
+        self._draining = False  # closed, but the queued requests are still computed
         # Loop binding: strong while a worker lives, weak otherwise (so a dead loop can go).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None = None
@@ -253,13 +271,17 @@ class AutoBatcher(Generic[K, R]):
                     fut.exception()  # mark retrieved: no "exception never retrieved" log
             raise
 
-    async def aclose(self) -> None:
-        """Close and wait: queued requests fail, in-flight batches still deliver.
+    async def aclose(self, *, drain: bool = False) -> None:
+        """Close and wait: in-flight batches deliver; queued requests fail, or run if ``drain``.
 
-        Queued requests fail with BatcherClosedError; the worker and the batcher's own
-        thread stop once the in-flight batches have resolved their callers, so a model
-        may be freed safely right after this returns. Idempotent.
+        Without ``drain`` queued requests fail with BatcherClosedError; with it they
+        are computed first. Either way the worker and the batcher's own thread stop
+        once every batch it ran has resolved its callers, so a model may be freed
+        safely right after this returns. Must be awaited on the bound loop to drain.
+        Idempotent.
         """
+        if drain and not self._closed and self._bound_loop() is _running_loop():
+            self._draining = True
         self.close()
         worker = self._worker
         if worker is not None and not worker.done() and worker.get_loop() is _running_loop():
@@ -349,7 +371,7 @@ class AutoBatcher(Generic[K, R]):
         loop = asyncio.get_running_loop()
         try:
             while True:
-                if self._closed:
+                if self._closed and not (self._draining and self._queue):
                     if not self._in_flight:
                         return
                     await self._sleep(loop)  # until the in-flight batches have delivered
@@ -496,13 +518,14 @@ class AutoBatcher(Generic[K, R]):
             other = slots.pop(key, futs)
             if other is not futs:  # a newer slot (the state was reset meanwhile): keep it
                 slots[key] = other
+            error = exc if exc is not None else _failure(value)
             for fut in futs:
                 if fut.done():
                     continue
-                if exc is None:
+                if error is None:
                     fut.set_result(value)
                 else:
-                    fut.set_exception(exc)
+                    fut.set_exception(error)
 
     def _fail_all(self, exc: BaseException) -> None:
         """Fail every pending and in-flight future (loop thread)."""
@@ -521,7 +544,13 @@ class AutoBatcher(Generic[K, R]):
     # -- closing ---------------------------------------------------------------------
 
     def _close_on_loop(self) -> None:
-        """Fail the queued (not yet dispatched) requests and wake the worker to exit."""
+        """Fail the queued (not yet dispatched) requests and wake the worker to exit.
+
+        When draining, the queue stays: the worker dispatches it before it exits.
+        """
+        if self._draining:
+            _wake(self._wakeup)
+            return
         queue, self._queue = self._queue, []
         exc = self._closed_error()
         for key in queue:
@@ -573,6 +602,8 @@ class WorkerThread:
         self.name = name
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
+        # submit() and shutdown() take it, so no job is ever queued behind the stop sentinel.
+        self._lock = threading.Lock()
         self.thread = threading.Thread(
             target=_serve, args=(self._jobs, [initializer], name), name=name, daemon=True
         )
@@ -591,11 +622,12 @@ class WorkerThread:
         Raises:
             BatcherClosedError: The thread was shut down.
         """
-        if self._closed:
-            raise BatcherClosedError(
-                f"worker thread {self.name!r} was shut down; the batch was not computed"
-            )
-        self._jobs.put((fn, arg, loop, on_done))
+        with self._lock:
+            if self._closed:
+                raise BatcherClosedError(
+                    f"worker thread {self.name!r} was shut down; the batch was not computed"
+                )
+            self._jobs.put((fn, arg, loop, on_done))
 
     @property
     def closed(self) -> bool:
@@ -604,9 +636,10 @@ class WorkerThread:
 
     def shutdown(self) -> None:
         """Stop the thread once the jobs already submitted are done. Idempotent."""
-        if not self._closed:
-            self._closed = True
-            self._jobs.put(None)
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._jobs.put(None)
 
 
 def _serve(
@@ -640,11 +673,32 @@ def _serve(
         # lead to the model (a batcher's on_done holds its batch function, a bound method).
         delivery = [(on_done, outcome)]
         fn = arg = on_done = outcome = None
-        try:
-            loop.call_soon_threadsafe(_deliver, delivery)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
+        _post(loop, delivery)
         loop = delivery = None
+    _fail_left_behind(jobs, name)
+
+
+def _post(loop: asyncio.AbstractEventLoop, delivery: list[Any]) -> None:
+    try:
+        loop.call_soon_threadsafe(_deliver, delivery)
+    except RuntimeError:  # the loop is closed: nobody is waiting any more
+        pass
+
+
+def _fail_left_behind(jobs: queue.SimpleQueue[Any], name: str) -> None:
+    """Answer every job still queued after the stop sentinel: none may wait forever."""
+    while True:
+        try:
+            job = jobs.get_nowait()
+        except queue.Empty:
+            return
+        if job is None:
+            continue
+        _, _, loop, on_done = job
+        error = BatcherClosedError(
+            f"worker thread {name!r} was shut down before this batch ran; it was not computed"
+        )
+        _post(loop, [(on_done, (None, error))])
 
 
 def _deliver(delivery: list[tuple[Callable[..., None], tuple[Any, BaseException | None]]]) -> None:
@@ -670,6 +724,11 @@ def _post_job(
         loop.call_soon_threadsafe(on_done, *outcome)
     except RuntimeError:  # the loop is closed
         pass
+
+
+def _failure(value: Any) -> BaseException | None:
+    """The error of a :class:`RequestFailure` result, None for an ordinary result."""
+    return value.error if type(value) is RequestFailure else None
 
 
 def _wake(fut: asyncio.Future[None] | None) -> None:

@@ -8,17 +8,22 @@ subclasses (vocabulary, validation, batch and prefix calls, sampling, lifecycle)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import numbers
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 
+from genlm_core.adapters import AdapterTable, LoraAdapter, new_generation
+from genlm_core.compute_gate import ComputeGate
 from genlm_core.errors import (
     InvalidArgumentError,
     InvalidTokenIdsError,
+    LoraNotSupportedError,
     ModelClosedError,
     UnknownLoraError,
 )
@@ -56,10 +61,16 @@ class AsyncLM(Protocol):
 
 
 class Request(NamedTuple):
-    """One next-token query: the prompt and the LoRA adapter (None = base model)."""
+    """One next-token query: the prompt and the LoRA adapter (None = base model).
+
+    ``generation`` is the version of the adapter the request was made for (0 for the
+    base model; see :mod:`genlm_core.adapters`): requests and cached rows of a replaced
+    adapter never equal those of its successor.
+    """
 
     token_ids: tuple[int, ...]
     lora_name: str | None
+    generation: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,11 +85,12 @@ class PrefixRequest:
     token_ids: tuple[int, ...]
     lora_name: str | None
     start: int = 0
+    generation: int = 0
 
     def prefixes(self) -> list[Request]:
         """The next-token requests it answers, in order."""
-        ids, lora = self.token_ids, self.lora_name
-        return [Request(ids[: i + 1], lora) for i in range(self.start, len(ids))]
+        ids, lora, gen = self.token_ids, self.lora_name, self.generation
+        return [Request(ids[: i + 1], lora, gen) for i in range(self.start, len(ids))]
 
 
 class AsyncLMBase(ABC):
@@ -97,9 +109,13 @@ class AsyncLMBase(ABC):
     Attributes:
         max_positions: The model's context length, or None (the default) if unknown;
             :meth:`validate_token_ids` rejects longer prompts. Backends set it.
+        thread_safe: Class attribute. False (the default): the core never runs two of
+            this backend's computations at once, whichever threads call. A backend
+            whose computation is safe to run concurrently sets it True.
     """
 
     max_positions: int | None = None
+    thread_safe: bool = False
 
     def __init__(
         self,
@@ -112,7 +128,8 @@ class AsyncLMBase(ABC):
         if byte_vocab is None:
             byte_vocab = decode_vocab(tokenizer, vocab_size=vocab_size)
         self.byte_vocab, self.str_vocab = byte_vocab
-        self._loras: dict[str, Any] = {}
+        self._adapters = AdapterTable()
+        self._gate = ComputeGate(concurrent=self.thread_safe)
         self._closed = False
 
     # -- contract ---------------------------------------------------------------
@@ -208,7 +225,7 @@ class AsyncLMBase(ABC):
                 f"start must be an integer in 0..{n - 1} (a position of the {n} token ids), "
                 f"got {start!r}"
             )
-        return PrefixRequest(req.token_ids, req.lora_name, int(start))
+        return PrefixRequest(req.token_ids, req.lora_name, int(start), req.generation)
 
     # -- validation -------------------------------------------------------------
 
@@ -267,18 +284,30 @@ class AsyncLMBase(ABC):
         Raises:
             UnknownLoraError: The adapter was never added (or was removed).
         """
-        if lora_name is not None and lora_name not in self._loras:
-            known = ", ".join(map(repr, sorted(self._loras))) or "none"
-            raise UnknownLoraError(
-                f"unknown LoRA adapter {lora_name!r} (loaded: {known}); add it first with "
-                f"lm.add_new_lora(path, {lora_name!r}), or pass lora_name=None for the base model"
-            )
+        self._generation(lora_name)
         return lora_name
+
+    def _generation(self, lora_name: str | None) -> int:
+        """The current version of ``lora_name`` (0: the base model)."""
+        if lora_name is None:
+            return 0
+        generation = self._adapters.generation(lora_name) if isinstance(lora_name, str) else None
+        if generation is None:
+            raise UnknownLoraError(self._unknown_lora_message(lora_name))
+        return generation
+
+    def _unknown_lora_message(self, lora_name: Any) -> str:
+        known = ", ".join(map(repr, self._adapters.names())) or "none"
+        return (
+            f"unknown LoRA adapter {lora_name!r} (loaded: {known}); add it first with "
+            f"lm.add_new_lora(path, {lora_name!r}), or pass lora_name=None for the base model"
+        )
 
     def make_request(self, token_ids: Any, lora_name: str | None = None) -> Request:
         """Validate a call's arguments into a hashable :class:`Request`."""
         self._check_open()
-        return Request(self.validate_token_ids(token_ids), self.validate_lora(lora_name))
+        ids = self.validate_token_ids(token_ids)
+        return Request(ids, lora_name, self._generation(lora_name))
 
     def make_requests(
         self,
@@ -304,34 +333,127 @@ class AsyncLMBase(ABC):
                 f"{argument} must be a list of prompts (lists of token ids), got "
                 f"{type(token_ids_list).__name__} {token_ids_list!r:.80}"
             )
-        lora = self.validate_lora(lora_name)
+        generation = self._generation(lora_name)
         requests = []
         for i, token_ids in enumerate(token_ids_list):
             try:
-                requests.append(Request(self.validate_token_ids(token_ids), lora))
+                requests.append(Request(self.validate_token_ids(token_ids), lora_name, generation))
             except InvalidTokenIdsError as exc:
                 raise InvalidTokenIdsError(f"{argument}[{i}]: {exc}") from None
         return requests
 
     # -- LoRA -------------------------------------------------------------------
+    #
+    # The core keeps the table of adapters (names, versions, the backend's handles) and
+    # calls the backend's two hooks with the model held exclusively: no batch computes
+    # while an adapter is loaded or unloaded (see genlm_core.adapters).
 
-    def add_new_lora(self, lora_path: str, lora_name: str) -> None:
+    def add_new_lora(self, lora_path: str | os.PathLike[str], lora_name: str = "lora_1") -> None:
         """Load a LoRA adapter under ``lora_name``; select it per call with ``lora_name=``.
 
-        Loading under an existing name replaces that adapter (and drops its cached outputs).
+        Loading under a name already loaded replaces that adapter: every call that
+        starts after this returns computes with the new one (cached rows of the old one
+        are dropped and never served). If loading fails the old adapter stays.
+
+        Raises:
+            LoraNotSupportedError: The backend cannot load adapters.
+            ValueError: ``lora_name`` is not a non-empty string.
+            Exception: Whatever the backend's :meth:`load_adapter` raises for a bad path.
         """
-        raise NotImplementedError(f"{type(self).__name__} does not support LoRA adapters")
+        self._check_open()
+        if not isinstance(lora_name, str) or not lora_name:
+            raise InvalidArgumentError(f"lora_name must be a non-empty string, got {lora_name!r}")
+        if type(self).load_adapter is AsyncLMBase.load_adapter:
+            raise LoraNotSupportedError(
+                f"{type(self).__name__} does not support LoRA adapters; load a merged model "
+                f"instead, or use a backend that serves adapters (hf, vllm, sgl, mlx)"
+            )
+        adapter = LoraAdapter(lora_name, os.fspath(lora_path), new_generation())
+        with self.exclusive_access():
+            handle = self.load_adapter(adapter)
+            old = self._adapters.put(adapter, handle)
+            if old is not None:
+                self.unload_adapter(*old)
+            self._forget_adapter_outputs(lora_name)
 
     def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`."""
-        self.validate_lora(lora_name)
-        del self._loras[lora_name]
-        self.clear_cache()
+        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs.
+
+        Requests for it that are still waiting fail with :class:`UnknownLoraError`;
+        requests for the base model or other adapters are unaffected.
+
+        Raises:
+            UnknownLoraError: No adapter of that name is loaded.
+        """
+        self._check_open()
+        with self.exclusive_access():
+            entry = self._adapters.pop(lora_name)
+            if entry is None:
+                raise UnknownLoraError(self._unknown_lora_message(lora_name))
+            self.unload_adapter(*entry)
+            self._forget_adapter_outputs(lora_name)
 
     @property
     def lora_names(self) -> list[str]:
         """Names of the loaded LoRA adapters."""
-        return sorted(self._loras)
+        return self._adapters.names()
+
+    def load_adapter(self, adapter: LoraAdapter) -> Any:
+        """Backend hook: load one adapter version; return the handle computations use.
+
+        Called by :meth:`add_new_lora` with the model held exclusively. Load it under a
+        name unique to this version (``adapter.engine_name``) if the engine keys
+        adapters by name: the version it replaces is unloaded only after this returns.
+        Raise to refuse (bad path, wrong base model): nothing changes then.
+
+        Args:
+            adapter: The name, path and generation of the version to load.
+
+        Returns:
+            Whatever the backend needs to compute with it (an engine id, a request
+            object); :meth:`adapter_handle` gives it back during computations.
+        """
+        raise LoraNotSupportedError(f"{type(self).__name__} does not support LoRA adapters")
+
+    def unload_adapter(self, adapter: LoraAdapter, handle: Any) -> None:  # noqa: B027
+        """Backend hook: unload a version :meth:`load_adapter` loaded (replaced or removed).
+
+        Called with the model held exclusively; drop anything cached for it (keys and
+        values). Default: nothing.
+        """
+
+    def adapter_handle(self, request: Request | PrefixRequest) -> Any:
+        """The backend's handle of the adapter version ``request`` was made for (None: base).
+
+        The core only hands a backend requests whose version is loaded, so during a
+        computation this always succeeds.
+
+        Raises:
+            UnknownLoraError: That version was replaced or removed.
+        """
+        if request.lora_name is None:
+            return None
+        entry = self._adapters.get(request.lora_name)
+        if entry is None or entry[0].generation != request.generation:
+            raise UnknownLoraError(
+                f"LoRA adapter {request.lora_name!r} (version {request.generation}) was "
+                f"replaced or removed; make the request again"
+            )
+        return entry[1]
+
+    def _forget_adapter_outputs(self, lora_name: str) -> None:  # noqa: B027 - a hook
+        """Drop cached outputs of adapter ``lora_name`` (replaced or removed). Default: none."""
+
+    @contextlib.contextmanager
+    def exclusive_access(self) -> Iterator[None]:
+        """Hold the model with no computation running (for changes to it).
+
+        Waits for the computations in flight and holds new ones back until the block
+        ends. Backends use it around changes made outside a computation (clearing a
+        key/value cache, freeing the model); reentrant for the thread that holds it.
+        """
+        with self._gate.exclusive():
+            yield
 
     # -- sampling ---------------------------------------------------------------
 
@@ -423,8 +545,23 @@ class AsyncLMBase(ABC):
         self._closed = True
         self._release()
 
+    async def aclose(self) -> None:
+        """Wait for the calls in flight to get their answers, then :meth:`cleanup`.
+
+        What ``async with lm:`` does on exit. Idempotent.
+        """
+        self.cleanup()
+
     def _release(self) -> None:
-        """Free backend resources (engine, caches). Called once by :meth:`cleanup`."""
+        """Free backend resources (engine, caches). Called once by :meth:`cleanup`.
+
+        Overrides call ``super()._release()``; this unloads the adapters (the model may
+        be shared with other wrappers) and drops cached outputs.
+        """
+        with self.exclusive_access():
+            for adapter, handle in self._adapters.entries():
+                self.unload_adapter(adapter, handle)
+                self._adapters.pop(adapter.name)
         self.clear_cache()
 
     def __enter__(self) -> AsyncLMBase:
@@ -437,7 +574,7 @@ class AsyncLMBase(ABC):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.cleanup()
+        await self.aclose()
 
 
 # -- helpers -------------------------------------------------------------------
@@ -467,14 +604,24 @@ def sampling_args(
             f"temperature must be a number > 0, got {temperature!r}; for greedy decoding "
             f"take argmax of next_token_logprobs instead"
         )
-    if isinstance(eos_token_ids, int):
+    if is_integer(eos_token_ids):
         raise ValueError(
             f"eos_token_ids must be a list of ints, got the int {eos_token_ids}; "
             f"wrap it: [{eos_token_ids}]"
         )
-    eos = frozenset(int(t) for t in eos_token_ids)
+    if isinstance(eos_token_ids, (str, bytes)) or not isinstance(eos_token_ids, Iterable):
+        raise ValueError(f"eos_token_ids must be a list of ints, got {eos_token_ids!r:.80}")
+    eos_list = list(eos_token_ids)
+    for i, t in enumerate(eos_list):
+        if not is_integer(t):
+            raise ValueError(
+                f"eos_token_ids[{i}] = {t!r} is a {type(t).__name__}, not an int token id"
+            )
+    eos = frozenset(int(t) for t in eos_list)
     generator = None
     if seed is not None:
+        if not is_integer(seed):
+            raise ValueError(f"seed must be an integer or None, got {seed!r}")
         generator = torch.Generator()
         generator.manual_seed(int(seed))
     return eos, generator

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -740,3 +741,60 @@ def test_one_place_to_run_batches() -> None:
     with pytest.raises(ValueError, match="worker_thread must be a WorkerThread"):
         AutoBatcher(lambda keys: keys, worker_thread=object())  # type: ignore[arg-type]
     worker.shutdown()
+
+
+def test_a_job_submitted_while_shutting_down_is_failed_not_lost() -> None:
+    """submit() racing shutdown(): a job behind the stop sentinel still gets an answer."""
+    loop = asyncio.new_event_loop()
+    try:
+        for _ in range(200):
+            worker = WorkerThread("racing")
+            outcomes: list[object] = []
+            done = threading.Event()
+            go = threading.Barrier(2)
+
+            def on_done(result, exc, outcomes=outcomes, done=done):
+                outcomes.append(exc if exc is not None else result)
+                done.set()
+
+            def submit(worker=worker, on_done=on_done, go=go):
+                go.wait()
+                try:
+                    worker.submit(lambda x: x, 1, loop, on_done)
+                except BatcherClosedError as exc:
+                    on_done(None, exc)
+
+            def shutdown(worker=worker, go=go):
+                go.wait()
+                worker.shutdown()
+
+            threads = [threading.Thread(target=submit), threading.Thread(target=shutdown)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            deadline = time.monotonic() + GUARD
+            while not done.is_set() and time.monotonic() < deadline:
+                loop.run_until_complete(asyncio.sleep(0.001))  # run the delivery callbacks
+            assert done.is_set(), "a job submitted during shutdown was never answered"
+            assert outcomes[0] == 1 or isinstance(outcomes[0], BatcherClosedError)
+    finally:
+        loop.close()
+
+
+def test_jobs_left_behind_the_stop_sentinel_fail_with_batcher_closed() -> None:
+    loop = asyncio.new_event_loop()
+    worker = WorkerThread("draining")
+    gate = threading.Event()
+    outcomes: list[object] = []
+    worker.submit(lambda _: gate.wait(10), None, loop, lambda r, e: outcomes.append(("first", e)))
+    worker.shutdown()
+    # What a submit that passed its closed-check just before shutdown() would enqueue:
+    worker._jobs.put((lambda x: x, 2, loop, lambda r, e: outcomes.append(("late", e))))
+    gate.set()
+    worker.thread.join(10)
+    for _ in range(10):
+        loop.run_until_complete(asyncio.sleep(0.001))
+    loop.close()
+    assert [name for name, _ in outcomes] == ["first", "late"]
+    assert outcomes[0][1] is None and isinstance(outcomes[1][1], BatcherClosedError)
