@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import numbers
 import os
 from abc import ABC, abstractmethod
@@ -31,6 +32,8 @@ from genlm_core.tokenization import Token, decode_vocab
 from genlm_core.validation import is_int_at_least, is_integer
 
 __all__ = ["AsyncLM", "AsyncLMBase", "PrefixRequest", "Request", "sampling_args"]
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -556,12 +559,22 @@ class AsyncLMBase(ABC):
         """Free backend resources (engine, caches). Called once by :meth:`cleanup`.
 
         Overrides call ``super()._release()``; this unloads the adapters (the model may
-        be shared with other wrappers) and drops cached outputs.
+        be shared with other wrappers) and drops cached outputs. An adapter that fails
+        to unload (its server already gone, say) is logged, not raised: cleanup goes on.
         """
         with self.exclusive_access():
             for adapter, handle in self._adapters.entries():
-                self.unload_adapter(adapter, handle)
                 self._adapters.pop(adapter.name)
+                try:
+                    self.unload_adapter(adapter, handle)
+                except Exception as exc:  # noqa: BLE001 - reported; the rest must still go
+                    log.warning(
+                        "%s.cleanup: LoRA adapter %r could not be unloaded (%s: %s)",
+                        type(self).__name__,
+                        adapter.name,
+                        type(exc).__name__,
+                        exc,
+                    )
         self.clear_cache()
 
     def __enter__(self) -> AsyncLMBase:

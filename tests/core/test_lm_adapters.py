@@ -130,3 +130,17 @@ def test_a_backend_without_adapters_says_so():
 
     with NoLora(ByteTokenizer()) as lm, pytest.raises(NotImplementedError, match="NoLora"):
         lm.add_new_lora("/some/adapter", "a")
+
+
+def test_cleanup_goes_on_when_an_adapter_cannot_be_unloaded(adapters, caplog):
+    class Gone(MockAsyncLM):
+        def unload_adapter(self, adapter, handle):
+            raise ConnectionError("the server is gone")
+
+    lm = Gone(ByteTokenizer())
+    lm.add_new_lora(adapters["v1"], "a")
+    lm.add_new_lora(adapters["v2"], "b")
+    lm.cleanup()
+    assert lm.closed and lm.lora_names == []
+    assert "'a' could not be unloaded (ConnectionError: the server is gone)" in caplog.text
+    assert "'b' could not be unloaded" in caplog.text

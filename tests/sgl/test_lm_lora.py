@@ -23,6 +23,7 @@ import torch  # noqa: E402
 
 from genlm_core.errors import UnknownLoraError  # noqa: E402
 from genlm_core.plugins.probes import nvidia_gpu_count  # noqa: E402
+from genlm_core.testing import LoraConformance  # noqa: E402
 
 peft = pytest.importorskip("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
 
@@ -132,3 +133,25 @@ async def test_lora_sampling_uses_the_adapter(pair):
                 int((await lm.next_token_logprobs(prompt + greedy, lora_name=name)).argmax())
             )
         assert sampled == greedy
+
+
+@pytest.fixture(params=["in-process", "server"])
+def sgl_lm(request):
+    kind = "make_lm" if request.param == "in-process" else "make_server_lm"
+    model = request.getfixturevalue(kind)()
+    yield model
+    model.cleanup()
+
+
+class TestAdapterConformance(LoraConformance):
+    """The shipped LoRA suite on SGLang, in-process and through the server."""
+
+    lora_atol = ATOL
+
+    @pytest.fixture
+    def lm(self, sgl_lm):
+        return sgl_lm
+
+    @pytest.fixture
+    def lora_adapters(self, adapters):
+        return adapters["a"], adapters["b"]

@@ -20,7 +20,6 @@ reuse: slower, never wrong. LoRA adapters in mlx-lm's format are selected per re
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,18 +31,20 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from genlm_core.adapters import LoraAdapter  # noqa: E402
 from genlm_core.errors import ModelClosedError  # noqa: E402
 from genlm_core.lm import BatchedAsyncLM, Request  # noqa: E402
 from genlm_core.model_names import resolve_model_name  # noqa: E402
 from genlm_core.prefix_batching import plan_groups, shared_prefixes  # noqa: E402
 from genlm_core.validation import is_int_at_least  # noqa: E402
+from genlm_mlx import _lora  # noqa: E402
 from genlm_mlx._forward import (  # noqa: E402
     Row,
     run_group,
     run_plain,
 )
 from genlm_mlx._loading import ModelLoadError, load_model, resolve_path  # noqa: E402
-from genlm_mlx._lora import Switch, load_adapter, unload_adapter  # noqa: E402
+from genlm_mlx._lora import Switch  # noqa: E402
 from genlm_mlx.kvcache import KVCacheStats, PrefixKVCache  # noqa: E402
 
 __all__ = [
@@ -74,8 +75,8 @@ class AsyncMlxLM(BatchedAsyncLM):
         mlx_lm_model: An mlx-lm model (``mlx_lm.utils.load_model``).
         tokenizer: Its Hugging Face tokenizer (an mlx-lm ``TokenizerWrapper`` works too).
         batch_size: Most distinct requests the batcher gathers into one call.
-        max_wait: Seconds a batch may wait for more callers (0: dispatch as soon as
-            the event loop has no runnable callers left).
+        max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
+            soon as the event loop has no runnable callers left).
         cache_size: Most cached log-probability vectors (0 disables that cache).
         cache_bytes: Byte budget of cached log-probability vectors.
         kv_cache_bytes: Byte budget of cached key/value arrays. 0 disables prefix
@@ -91,7 +92,7 @@ class AsyncMlxLM(BatchedAsyncLM):
         mlx_lm_model: Any,
         tokenizer: Any,
         batch_size: int = 64,
-        max_wait: float = 0.0,
+        max_wait: float | None = None,
         *,
         cache_size: int = 4096,
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
@@ -122,7 +123,6 @@ class AsyncMlxLM(BatchedAsyncLM):
         )
         self.model = mlx_lm_model
         self.max_batch_kv_bytes = int(max_batch_kv_bytes)
-        self._lock = threading.Lock()  # one forward at a time: batcher thread vs sync callers
         self._switch = Switch()
         self.max_positions = _max_positions(mlx_lm_model)
         self.kv_cache = PrefixKVCache(kv_cache_bytes)
@@ -242,18 +242,22 @@ class AsyncMlxLM(BatchedAsyncLM):
     # -- the batch computation ----------------------------------------------------------
 
     def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
-        """Log-probs for distinct requests: per adapter, cached pasts + batched forwards."""
-        with self._lock:
-            if self.model is None:
-                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-            by_adapter: dict[str | None, list[tuple[int, ...]]] = {}
-            for req in requests:
-                by_adapter.setdefault(req.lora_name, []).append(req.token_ids)
-            results: dict[str | None, dict[tuple[int, ...], torch.Tensor]] = {}
-            for lora_name, prompts in by_adapter.items():
-                self._switch.active = lora_name
-                results[lora_name] = self._compute(lora_name, prompts)
-            return [results[req.lora_name][req.token_ids] for req in requests]
+        """Log-probs for distinct requests: per adapter, cached pasts + batched forwards.
+
+        Grouped by adapter version (its unique name, which also keys its prefix tree);
+        the core runs one computation at a time.
+        """
+        if self.model is None:
+            raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+        handles = [self.adapter_handle(req) for req in requests]
+        by_adapter: dict[str | None, list[tuple[int, ...]]] = {}
+        for req, handle in zip(requests, handles, strict=True):
+            by_adapter.setdefault(handle, []).append(req.token_ids)
+        results: dict[str | None, dict[tuple[int, ...], torch.Tensor]] = {}
+        for handle, prompts in by_adapter.items():
+            self._switch.active = handle
+            results[handle] = self._compute(handle, prompts)
+        return [results[h][req.token_ids] for req, h in zip(requests, handles, strict=True)]
 
     def _compute(
         self, lora_name: str | None, prompts: list[tuple[int, ...]]
@@ -307,45 +311,33 @@ class AsyncMlxLM(BatchedAsyncLM):
         The reference the cached path is tested against.
         """
         req = self.make_request(token_ids, lora_name)
-        with self._lock:
+        with self.exclusive_access():
             if self.model is None:
                 raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-            self._switch.active = lora_name
+            self._switch.active = self.adapter_handle(req)
             logits = run_plain(self.model, [Row(req.token_ids, [], 0)])
             mx.eval(logits)
             return _log_softmax(logits)[0]
 
     # -- LoRA ---------------------------------------------------------------------------
 
-    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
-        """Load an mlx-lm LoRA adapter under ``lora_name``; select it with ``lora_name=``.
+    def load_adapter(self, adapter: LoraAdapter) -> str:
+        """Load an mlx-lm LoRA adapter version under its unique name (the core's hook).
 
         The directory holds ``adapter_config.json`` and ``adapters.safetensors`` as
-        saved by ``mlx_lm.lora``. Loading under an existing name replaces that adapter
-        and drops its caches.
+        saved by ``mlx_lm.lora``.
 
         Raises:
             ModelLoadError: The adapter cannot be read or does not fit the model.
         """
-        self._check_open()
-        with self._lock:
-            if lora_name in self._loras:
-                self._forget_adapter(lora_name)
-            load_adapter(self.model, self._switch, lora_path, lora_name)
-            self._loras[lora_name] = str(lora_path)
+        _lora.load_adapter(self.model, self._switch, adapter.path, adapter.engine_name)
+        return adapter.engine_name
 
-    def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
-        self._check_open()
-        self.validate_lora(lora_name)
-        with self._lock:
-            self._forget_adapter(lora_name)
-
-    def _forget_adapter(self, lora_name: str) -> None:
-        unload_adapter(self.model, lora_name)
-        del self._loras[lora_name]
-        self.kv_cache.drop_adapter(lora_name)
-        self._drop_adapter_outputs(lora_name)
+    def unload_adapter(self, adapter: LoraAdapter, handle: str) -> None:
+        """Forget an adapter version and its cached keys/values (the core's hook)."""
+        if self.model is not None:
+            _lora.unload_adapter(self.model, handle)
+        self.kv_cache.drop_adapter(handle)
 
     # -- caches and lifecycle -------------------------------------------------------------
 
@@ -363,7 +355,7 @@ class AsyncMlxLM(BatchedAsyncLM):
 
     def clear_kv_cache(self) -> None:
         """Drop every cached key/value array (log-prob cache kept)."""
-        with self._lock:
+        with self.exclusive_access():
             self.kv_cache.clear()
 
     def clear_cache(self) -> None:
@@ -372,8 +364,8 @@ class AsyncMlxLM(BatchedAsyncLM):
         super().clear_cache()
 
     def _release(self) -> None:
-        super()._release()  # closes the batchers, clears the caches
-        with self._lock:  # waits for an in-flight forward
+        super()._release()  # closes the batchers, unloads the adapters, clears the caches
+        with self.exclusive_access():  # no forward runs past this point
             self.model = None
 
 

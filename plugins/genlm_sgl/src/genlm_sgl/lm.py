@@ -5,8 +5,9 @@ Concurrent ``next_token_logprobs`` calls are coalesced by genlm-core's AutoBatch
 requests, which it plans with its continuous batching, chunked prefill and radix
 prefix cache. Rows are collected by request id (see :mod:`genlm_sgl._runner`), so a
 batch larger than ``max_running_requests`` comes back complete and in order.
-LoRA adapters are served per request through SGLang's multi-LoRA support; each load
-gets a fresh SGLang id, so a replaced adapter's cached prefixes are never reused.
+LoRA adapters are served per request through SGLang's multi-LoRA support; genlm-core
+keeps the table of versions and each version gets a fresh SGLang id, so a replaced
+adapter's cached prefixes are never reused.
 ``sample``/``batch_sample`` draw token by token from the exact log-probs (genlm-core's
 sampler), each step a prefix-cache hit. :meth:`AsyncSGLTransformer.from_url` drives an
 SGLang server instead (:mod:`genlm_sgl.server`).
@@ -20,6 +21,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from genlm_core.adapters import LoraAdapter
 from genlm_core.errors import InvalidArgumentError, ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, Request
 from genlm_core.model_names import resolve_model_name
@@ -100,8 +102,8 @@ class AsyncSGLTransformer(BatchedAsyncLM):
             engine's ``tokenizer_path``).
         batch_size: Most distinct requests the batcher hands the scheduler at once
             (SGLang still runs at most ``max_running_requests`` per step).
-        max_wait: Seconds a batch may wait for more callers (0: dispatch as soon as
-            the event loop has no runnable callers left).
+        max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
+            soon as the event loop has no runnable callers left).
         cache_size: Most cached log-probability vectors (0 disables that cache).
         cache_bytes: Byte budget of cached log-probability vectors.
         owns_engine: Whether :meth:`cleanup` shuts the scheduler down. Pass False to put
@@ -114,7 +116,7 @@ class AsyncSGLTransformer(BatchedAsyncLM):
         engine: Any,
         tokenizer: Any = None,
         batch_size: int = 256,
-        max_wait: float = 0.0,
+        max_wait: float | None = None,
         *,
         cache_size: int = 4096,
         cache_bytes: int | None = 256 << 20,
@@ -180,7 +182,7 @@ class AsyncSGLTransformer(BatchedAsyncLM):
         runner = self._runner
         if runner is None or self._closed:
             raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-        prompts = [(req.token_ids, self._lora_id(req.lora_name)) for req in requests]
+        prompts = [(req.token_ids, _lora_id(self.adapter_handle(req))) for req in requests]
         return runner.logprobs(prompts, self.row_pool.empty_rows)
 
     def clear_cache(self) -> None:
@@ -193,16 +195,13 @@ class AsyncSGLTransformer(BatchedAsyncLM):
 
     # -- LoRA ---------------------------------------------------------------------------
 
-    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
-        """Load a peft LoRA adapter under ``lora_name``; select it with ``lora_name=``.
-
-        Loading under an existing name replaces that adapter and drops its cached outputs.
+    def load_adapter(self, adapter: LoraAdapter) -> Adapter:
+        """Load a peft adapter version into the scheduler (the core's hook).
 
         Raises:
             InvalidArgumentError: The engine was started without ``enable_lora=True``.
             ModelLoadError: SGLang could not load the adapter.
         """
-        self._check_open()
         engine = self.engine
         if not engine.lora_enabled:
             raise InvalidArgumentError(
@@ -210,35 +209,23 @@ class AsyncSGLTransformer(BatchedAsyncLM):
                 "engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' rank>, "
                 "'lora_target_modules': [...]}"
             )
-        engine_name = f"{lora_name}-{uuid.uuid4().hex[:12]}"  # unique per engine
+        engine_name = f"{adapter.engine_name}-{uuid.uuid4().hex[:12]}"  # unique per engine
         with engine.lock:
             try:
-                lora_id = engine.load_lora(engine_name, str(lora_path))
+                lora_id = engine.load_lora(engine_name, adapter.path)
             except Exception as exc:
                 raise ModelLoadError(
-                    f"SGLang could not load LoRA adapter {lora_name!r} from {str(lora_path)!r}: "
-                    f"{type(exc).__name__}: {exc}. Pass a directory saved by peft's "
-                    f"save_pretrained for this base model, within the engine's max_lora_rank "
-                    f"and lora_target_modules"
+                    f"SGLang could not load LoRA adapter {adapter.name!r} from "
+                    f"{adapter.path!r}: {type(exc).__name__}: {exc}. Pass a directory saved "
+                    f"by peft's save_pretrained for this base model, within the engine's "
+                    f"max_lora_rank and lora_target_modules"
                 ) from exc
-            if lora_name in self._loras:
-                self._forget_adapter(lora_name)
-            self._loras[lora_name] = Adapter(lora_id, engine_name)
+        return Adapter(lora_id, engine_name)
 
-    def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
-        self._check_open()
-        self.validate_lora(lora_name)
+    def unload_adapter(self, adapter: LoraAdapter, handle: Adapter) -> None:
+        """Unload an adapter version from the scheduler (the core's hook)."""
         with self.engine.lock:
-            self._forget_adapter(lora_name)
-
-    def _forget_adapter(self, lora_name: str) -> None:
-        adapter = self._loras.pop(lora_name)
-        self.engine.unload_lora(adapter.engine_name, adapter.lora_id)
-        self._drop_adapter_outputs(lora_name)
-
-    def _lora_id(self, lora_name: str | None) -> str | None:
-        return None if lora_name is None else self._loras[lora_name].lora_id
+            self.engine.unload_lora(handle.engine_name, handle.lora_id)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -248,13 +235,9 @@ class AsyncSGLTransformer(BatchedAsyncLM):
             torch.cuda.set_device(0)
 
     def _release(self) -> None:
-        super()._release()  # closes the batchers, clears the cached outputs
+        super()._release()  # closes the batchers, unloads the adapters, clears the caches
         engine = self.engine
-        with engine.lock:  # waits for an in-flight scheduler run
-            if not self.owns_engine:
-                for lora_name in list(self._loras):
-                    self._forget_adapter(lora_name)
-            self._loras.clear()
+        with engine.lock:
             if self.owns_engine:
                 engine.shutdown()
         self._runner = None
@@ -273,6 +256,10 @@ class Adapter(NamedTuple):
 
     lora_id: str
     engine_name: str
+
+
+def _lora_id(handle: Adapter | None) -> str | None:
+    return None if handle is None else handle.lora_id
 
 
 def _load_tokenizer(server_args: Any) -> Any:

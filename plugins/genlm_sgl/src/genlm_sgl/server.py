@@ -11,13 +11,13 @@ duplicate a request). The server's radix cache reuses shared prefixes.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
+from genlm_core.adapters import LoraAdapter
 from genlm_core.lm import BatchedAsyncLM, Request
 from genlm_core.validation import is_int_at_least
 from genlm_sgl._http import ServerClient
@@ -28,6 +28,9 @@ __all__ = ["AsyncSGLServerLM"]
 
 class AsyncSGLServerLM(BatchedAsyncLM):
     """Asynchronous, batched next-token log-probs from an SGLang server over HTTP.
+
+    Thread-safe: batches from the worker thread and from sync callers go to the server
+    at the same time (the HTTP client and its pool are thread-safe).
 
     Args:
         client: A :class:`~genlm_sgl._http.ServerClient` (``from_url`` makes one).
@@ -42,6 +45,8 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`.
     """
 
+    thread_safe = True
+
     def __init__(
         self,
         client: ServerClient,
@@ -51,7 +56,7 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         chunk_size: int = 32,
         max_concurrency: int = 4,
         batch_size: int = 256,
-        max_wait: float = 0.0,
+        max_wait: float | None = None,
         cache_size: int = 4096,
         cache_bytes: int | None = 256 << 20,
         **kwargs: Any,
@@ -128,9 +133,8 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         jobs = []
         groups: dict[str | None, list[int]] = {}
         for i, req in enumerate(requests):
-            groups.setdefault(req.lora_name, []).append(i)
-        for lora_name, index in groups.items():
-            lora = None if lora_name is None else self._loras[lora_name]
+            groups.setdefault(self.adapter_handle(req), []).append(i)
+        for lora, index in groups.items():  # the server-side adapter name, None: base
             for start in range(0, len(index), self.chunk_size):
                 part = index[start : start + self.chunk_size]
                 jobs.append(
@@ -162,49 +166,35 @@ class AsyncSGLServerLM(BatchedAsyncLM):
 
     # -- LoRA ---------------------------------------------------------------------------
 
-    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
-        """Load a peft adapter into the server (started with ``--enable-lora``).
+    def load_adapter(self, adapter: LoraAdapter) -> str:
+        """Load a peft adapter version into the server (the core's hook; ``--enable-lora``).
 
-        The path is read by the server. Loading under an existing name replaces that
-        adapter (under a new server-side name) and drops its cached outputs.
+        The path is read by the server. Returns the server-side name, unique per version.
 
         Raises:
             ModelLoadError: The server could not load it (its message included).
         """
-        self._check_open()
-        server_name = f"{lora_name}-{uuid.uuid4().hex[:12]}"
+        server_name = f"{adapter.engine_name}-{uuid.uuid4().hex[:12]}"
         try:
             self.client.post(
-                "/load_lora_adapter", {"lora_name": server_name, "lora_path": str(lora_path)}
+                "/load_lora_adapter", {"lora_name": server_name, "lora_path": adapter.path}
             )
         except ServerError as exc:
             raise ModelLoadError(
-                f"the SGLang server could not load LoRA adapter {lora_name!r} from "
-                f"{str(lora_path)!r} (start it with --enable-lora, --max-lora-rank and "
+                f"the SGLang server could not load LoRA adapter {adapter.name!r} from "
+                f"{adapter.path!r} (start it with --enable-lora, --max-lora-rank and "
                 f"--lora-target-modules): {exc}"
             ) from exc
-        if lora_name in self._loras:
-            self._forget_adapter(lora_name)
-        self._loras[lora_name] = server_name
+        return server_name
 
-    def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
-        self._check_open()
-        self.validate_lora(lora_name)
-        self._forget_adapter(lora_name)
-
-    def _forget_adapter(self, lora_name: str) -> None:
-        server_name = self._loras.pop(lora_name)
-        self._drop_adapter_outputs(lora_name)
-        self.client.post("/unload_lora_adapter", {"lora_name": server_name})
+    def unload_adapter(self, adapter: LoraAdapter, handle: str) -> None:
+        """Unload an adapter version from the server (the core's hook)."""
+        self.client.post("/unload_lora_adapter", {"lora_name": handle})
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def _release(self) -> None:
-        super()._release()
-        for lora_name in list(self._loras):
-            with contextlib.suppress(ServerError):  # the server may be gone already
-                self._forget_adapter(lora_name)
+        super()._release()  # unloads the adapters (a server already gone is reported)
         self._pool.shutdown(wait=True)
         self.client.close()
 

@@ -6,8 +6,9 @@ Concurrent ``next_token_logprobs`` calls are coalesced by genlm-core's AutoBatch
 batching and prefix cache. Rows are collected by request id, so a batch larger than
 the engine's ``max_num_seqs`` (vLLM then runs it over several steps) comes back
 complete and in order; see :mod:`genlm_vllm._engine`. ``sample``/``batch_sample`` use
-vLLM's own sampler. LoRA adapters get engine ids from a process-wide counter, never
-reused, so a replaced or removed adapter's cached weights are never served again.
+vLLM's own sampler. LoRA adapters: genlm-core keeps the table of versions; each version
+gets an engine id from a process-wide counter, never reused, so a replaced or removed
+adapter's cached weights are never served again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 
+from genlm_core.adapters import LoraAdapter
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, Request, sampling_args
 from genlm_core.model_names import resolve_model_name
@@ -56,8 +58,8 @@ class AsyncVirtualLM(BatchedAsyncLM):
         llm: A ``vllm.LLM`` created with ``max_logprobs=-1`` (``from_name`` does this).
         batch_size: Most distinct requests the batcher hands the engine at once
             (vLLM still runs at most ``max_num_seqs`` per step).
-        max_wait: Seconds a batch may wait for more callers (0: dispatch as soon as
-            the event loop has no runnable callers left).
+        max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
+            soon as the event loop has no runnable callers left).
         cache_size: Most cached log-probability vectors (0 disables that cache).
         cache_bytes: Byte budget of cached log-probability vectors.
         owns_engine: Whether :meth:`cleanup` shuts the engine down. Pass False to put
@@ -72,7 +74,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
         self,
         llm: Any,
         batch_size: int = 256,
-        max_wait: float = 0.0,
+        max_wait: float | None = None,
         *,
         cache_size: int = 4096,
         cache_bytes: int | None = 256 << 20,
@@ -161,9 +163,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
         runner = self._runner
         if runner is None or self._closed:
             raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-        return runner.logprobs(
-            [(req.token_ids, self._lora_request(req.lora_name)) for req in requests]
-        )
+        return runner.logprobs([(req.token_ids, self.adapter_handle(req)) for req in requests])
 
     def validate_token_ids(self, token_ids: Any) -> tuple[int, ...]:
         """Check a prompt (see the base class) and that it leaves room for one token."""
@@ -230,7 +230,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
             )
         from vllm import SamplingParams
 
-        lora = self._lora_request(lora_name)
+        lora = self.adapter_handle(requests[0])
         jobs = [
             (
                 req.token_ids,
@@ -254,17 +254,13 @@ class AsyncVirtualLM(BatchedAsyncLM):
 
     # -- LoRA ---------------------------------------------------------------------------
 
-    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
-        """Load a peft LoRA adapter under ``lora_name``; select it with ``lora_name=``.
-
-        Loading under an existing name replaces that adapter (with a new engine id) and
-        drops its cached outputs.
+    def load_adapter(self, adapter: LoraAdapter) -> Any:
+        """Load a peft adapter version into the engine (the core's hook); return its request.
 
         Raises:
             InvalidArgumentError: The engine was started without ``enable_lora=True``.
             ModelLoadError: vLLM could not load the adapter.
         """
-        self._check_open()
         if not self._lora_enabled:
             raise InvalidArgumentError(
                 "this vLLM engine was started without LoRA support; start it with "
@@ -272,45 +268,29 @@ class AsyncVirtualLM(BatchedAsyncLM):
             )
         from vllm.lora.request import LoRARequest
 
-        request = LoRARequest(lora_name, next(_LORA_IDS), str(lora_path))
+        request = LoRARequest(adapter.engine_name, next(_LORA_IDS), adapter.path)
         with self._runner.lock:
             try:
                 self._runner.engine.add_lora(request)
             except Exception as exc:
                 raise ModelLoadError(
-                    f"vLLM could not load LoRA adapter {lora_name!r} from "
-                    f"{str(lora_path)!r}: {type(exc).__name__}: {exc}. Pass a directory saved "
+                    f"vLLM could not load LoRA adapter {adapter.name!r} from "
+                    f"{adapter.path!r}: {type(exc).__name__}: {exc}. Pass a directory saved "
                     f"by peft's save_pretrained for this base model, with a rank no larger "
                     f"than the engine's max_lora_rank"
                 ) from exc
-            if lora_name in self._loras:
-                self._forget_adapter(lora_name)
-            self._loras[lora_name] = request
+        return request
 
-    def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
-        self._check_open()
-        self.validate_lora(lora_name)
+    def unload_adapter(self, adapter: LoraAdapter, handle: Any) -> None:
+        """Remove an adapter version from the engine (the core's hook)."""
         with self._runner.lock:
-            self._forget_adapter(lora_name)
-
-    def _forget_adapter(self, lora_name: str) -> None:
-        request = self._loras.pop(lora_name)
-        self._runner.engine.remove_lora(request.lora_int_id)
-        self._drop_adapter_outputs(lora_name)
-
-    def _lora_request(self, lora_name: str | None) -> Any:
-        return None if lora_name is None else self._loras[lora_name]
+            self._runner.engine.remove_lora(handle.lora_int_id)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def _release(self) -> None:
-        super()._release()  # closes the batchers, clears the cached outputs
-        with self._runner.lock:  # waits for an in-flight engine run
-            for lora_name in list(self._loras):
-                if not self.owns_engine:
-                    self._forget_adapter(lora_name)
-            self._loras.clear()
+        super()._release()  # closes the batchers, unloads the adapters, clears the caches
+        with self._runner.lock:  # waits for an in-flight engine run (a sample, say)
             if self.owns_engine:
                 shutdown_engine(self._runner.engine)
         self.llm = self._runner = None  # type: ignore[assignment]
