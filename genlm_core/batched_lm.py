@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
 import threading
 import weakref
@@ -165,13 +166,17 @@ class BatchedAsyncLM(AsyncLMBase):
         """Whether this backend overrides :meth:`compute_prefix_batch`."""
         return type(self).compute_prefix_batch is not BatchedAsyncLM.compute_prefix_batch
 
-    def _batch_fn(self, keys: list[Any]) -> list[Any]:
+    def _batch_fn(self, keys: list[Any], *, private: bool = False) -> list[Any]:
         """The batcher's function: next-token and prefix requests, checked and cached.
 
         Runs one computation at a time (the model's :class:`ComputeGate`). A request
         whose adapter was replaced since it was made is computed with the current
         version; one whose adapter was removed, or whose row the backend got wrong,
         gets a :class:`RequestFailure` of its own.
+
+        With ``private`` (the batcher's calls), each key's result is a tensor nobody
+        else holds (cached rows are copied here, in the worker thread, not on the
+        event loop): the batcher hands it to the key's first caller as it is.
         """
         with self._gate.computing():
             current = [self._current(key) for key in keys]
@@ -185,7 +190,16 @@ class BatchedAsyncLM(AsyncLMBase):
                 results.update(self._prefix_rows(prefix_requests))
         if self.trims_heap:
             self.heap_trimmer.maybe_trim()
-        return [k if type(k) is RequestFailure else results[k] for k in current]
+        out = [k if type(k) is RequestFailure else results[k] for k in current]
+        if private:
+            handed: set[int] = set()
+            for i, (key, value) in enumerate(zip(current, out, strict=True)):
+                if type(value) is RequestFailure:
+                    continue
+                if type(key) is not PrefixRequest or id(value) in handed:
+                    out[i] = _private(value)  # a cached row, or one already handed out
+                handed.add(id(value))
+        return out
 
     def _current(self, key: Any) -> Any:
         """``key`` for the adapter version loaded now, or a failure if it was removed."""
@@ -313,7 +327,8 @@ class BatchedAsyncLM(AsyncLMBase):
                     f"{type(self).__name__}.worker", self.init_worker_thread
                 )
             batcher = AutoBatcher(
-                self._batch_fn,
+                functools.partial(self._batch_fn, private=True),
+                copy_result=_private,
                 max_batch_size=self.batch_size,
                 max_wait=self.max_wait,
                 name=f"{type(self).__name__}.batcher",
@@ -331,7 +346,7 @@ class BatchedAsyncLM(AsyncLMBase):
             hit = self.cache.get(req)
             if hit is not None:
                 return _private(hit)
-        return _private(await self._batcher().submit(req))
+        return await self._batcher().submit(req)  # the caller's own (see _batch_fn)
 
     def next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None
@@ -532,15 +547,16 @@ def _from(req: PrefixRequest, skip: int) -> PrefixRequest:
 
 
 def _after(known: list[Any], computed: torch.Tensor) -> torch.Tensor:
-    """The rows ``known`` (leading) followed by ``computed``, in a new tensor."""
-    return torch.cat([torch.stack(known), computed]) if known else computed.clone()
+    """The rows ``known`` (leading) followed by ``computed`` (the caller's own already)."""
+    return torch.cat([torch.stack(known), computed]) if known else computed
 
 
 def _private(row: torch.Tensor) -> torch.Tensor:
     """A copy of a shared row (cached, or computed for several callers) for one caller.
 
     Callers mask rows in place; a copy is ~10-20 us for a 50k vocabulary, against
-    milliseconds for the forward that computed the row.
+    milliseconds for the forward that computed the row. Made in the worker thread for
+    a computed row's first caller, on the event loop for cache hits and the others.
     """
     return torch.empty_like(row).copy_(row)
 

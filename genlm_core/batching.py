@@ -111,6 +111,9 @@ class AutoBatcher(Generic[K, R]):
         worker_thread: A :class:`WorkerThread` to run the batches in instead of a
             dedicated one, shared with other batchers (a model's batchers for
             successive event loops) and never shut down by this one.
+        copy_result: When several callers wait for one key, the first gets the result
+            and each other one ``copy_result(result)`` (for results callers may change
+            in place). None: they all get the same object.
 
     Raises:
         ValueError: ``max_batch_size`` is not an integer >= 1, ``max_wait`` is not a
@@ -135,6 +138,7 @@ class AutoBatcher(Generic[K, R]):
         name: str = "AutoBatcher",
         thread_initializer: Callable[[], None] | None = None,
         worker_thread: WorkerThread | None = None,
+        copy_result: Callable[[R], R] | None = None,
     ) -> None:
         if not callable(batch_fn):
             raise ValueError(f"batch_fn must be callable, got {batch_fn!r}")
@@ -166,6 +170,7 @@ class AutoBatcher(Generic[K, R]):
                 f"(got {' and '.join(given)}); a WorkerThread takes its own initializer"
             )
         self._batch_fn = batch_fn
+        self._copy_result = copy_result
         self._thread_initializer = thread_initializer
         self.max_batch_size = max_batch_size
         self.max_wait = float(max_wait)
@@ -519,13 +524,17 @@ class AutoBatcher(Generic[K, R]):
             if other is not futs:  # a newer slot (the state was reset meanwhile): keep it
                 slots[key] = other
             error = exc if exc is not None else _failure(value)
+            copy, first = self._copy_result, True
             for fut in futs:
                 if fut.done():
                     continue
-                if error is None:
-                    fut.set_result(value)
-                else:
+                if error is not None:
                     fut.set_exception(error)
+                elif first or copy is None:
+                    fut.set_result(value)
+                    first = False
+                else:
+                    fut.set_result(copy(value))
 
     def _fail_all(self, exc: BaseException) -> None:
         """Fail every pending and in-flight future (loop thread)."""

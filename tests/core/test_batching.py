@@ -798,3 +798,15 @@ def test_jobs_left_behind_the_stop_sentinel_fail_with_batcher_closed() -> None:
     loop.close()
     assert [name for name, _ in outcomes] == ["first", "late"]
     assert outcomes[0][1] is None and isinstance(outcomes[1][1], BatcherClosedError)
+
+
+async def test_copy_result_gives_every_caller_but_the_first_a_copy() -> None:
+    batcher = AutoBatcher(lambda keys: [[k] for k in keys], copy_result=list)
+    a, b, c = await within(asyncio.gather(*(batcher.submit(1) for _ in range(3))))
+    assert a == b == c == [1]
+    assert len({id(a), id(b), id(c)}) == 3
+    plain = AutoBatcher(lambda keys: [[k] for k in keys])
+    d, e = await within(asyncio.gather(plain.submit(2), plain.submit(2)))
+    assert d is e
+    await batcher.aclose()
+    await plain.aclose()
