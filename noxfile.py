@@ -27,10 +27,11 @@ core run: the tests marked ``thorough`` and 10x the hypothesis examples (see con
 
 from __future__ import annotations
 
-import ctypes
+import importlib.util
 import platform
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import nox
 
@@ -61,25 +62,25 @@ OFFLINE = {"HF_HUB_OFFLINE": "1"}
 TEST_ENV = {**OFFLINE, "GENLM_PLUGINS": None, "GENLM_DISABLE_PLUGINS": None, "GENLM_BACKEND": None}
 
 
+def load_module(path: Path) -> ModuleType:
+    """Import a standard-library-only module of this repository by its path.
+
+    nox's own environment has neither genlm-core nor its plugins installed; the
+    modules loaded this way (genlm-core's probes) are kept importable without them.
+    """
+    spec = importlib.util.spec_from_file_location(f"_nox_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: genlm-core's hardware probes (NVML through ctypes; CUDA_VISIBLE_DEVICES honoured).
+PROBES = load_module(ROOT / "genlm_core" / "plugins" / "probes.py")
+
+
 def nvidia_gpus() -> int:
-    """GPUs the NVIDIA driver reports (NVML through ctypes; nothing to install)."""
-    for lib in ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll"):
-        try:
-            nvml = ctypes.CDLL(lib)
-            break
-        except OSError:
-            continue
-    else:
-        return 0
-    count = ctypes.c_uint(0)
-    try:
-        if nvml.nvmlInit_v2() != 0:
-            return 0
-        ok = nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
-        nvml.nvmlShutdown()
-    except AttributeError:
-        return 0
-    return count.value if ok else 0
+    """GPUs this host's sessions can use: what ``genlm backends`` says, from the same probe."""
+    return PROBES.nvidia_gpu_count()[0]
 
 
 def engine_extra(backend: str) -> tuple[str | None, str]:
