@@ -40,7 +40,9 @@ _EXPORTS = {
     "AsyncTokenCharacterTrie": "genlm_core.trie",
     "TokenByteTrie": "genlm_core.trie",
     "ParallelTokenCharacterTrie": "genlm_core.trie",
-    # genlm-backend's top-level model classes, from their plugins (genlm_core.llm)
+    # genlm-backend's top-level model classes, from their plugins (genlm_core.llm): the
+    # class, or a placeholder that raises the install command when used. Importable by
+    # name, but not in __all__: `from genlm_core import *` imports no plugin.
     "AsyncTransformer": "genlm_core.llm",
     "AsyncVirtualLM": "genlm_core.llm",
     # errors
@@ -64,8 +66,6 @@ __all__ = [
     "AsyncLM",
     "AsyncLMBase",
     "AsyncTokenCharacterTrie",
-    "AsyncTransformer",
-    "AsyncVirtualLM",
     "AutoBatcher",
     "BackendContractError",
     "BackendUnavailableError",

@@ -85,6 +85,11 @@ class Registered(Generic[S]):
             "available": avail.ok,
             "reason": avail.reason,
             "description": self.spec.description,
+            **(
+                {"install_hint": self.spec.install_hint}
+                if isinstance(self.spec, BackendSpec)
+                else {}
+            ),
         }
 
 
