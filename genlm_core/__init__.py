@@ -119,7 +119,7 @@ if TYPE_CHECKING:  # pragma: no cover
         UnknownLoraError,
         UnsupportedTokenizerError,
     )
-    from genlm_core.llm import AsyncTransformer, AsyncVirtualLM
+    from genlm_core.llm import AsyncTransformer, AsyncVirtualLM  # noqa: F401 - not in __all__
     from genlm_core.lm import AsyncLM, AsyncLMBase, BatchedAsyncLM, PrefixRequest, Request
     from genlm_core.loading import list_backends, load_model_by_name, resolve_backend
     from genlm_core.testing.mock import MockAsyncLM
