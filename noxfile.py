@@ -58,8 +58,17 @@ LINT_PATHS = (
     "noxfile.py",
 )
 
+#: genlm-backend's client whose imports must keep working through the rename; it imports
+#: only numpy, torch and genlm.backend, so its other dependencies are left out.
+CLIENTS = ("llamppl==0.2.3",)
+#: Top-level modules of the reference libraries and the clients, for GENLM_TEST_INSTALLED.
+REFERENCE_MODULES = ("genlm", "llamppl")
+
 OFFLINE = {"HF_HUB_OFFLINE": "1"}
 TEST_ENV = {**OFFLINE, "GENLM_PLUGINS": None, "GENLM_DISABLE_PLUGINS": None, "GENLM_BACKEND": None}
+#: tests/shared/session_requires.py: the modules a session installed must import (a
+#: broken install fails the session); only what is not listed may skip.
+INSTALLED_VAR = "GENLM_TEST_INSTALLED"
 
 
 def load_module(path: Path) -> ModuleType:
@@ -144,6 +153,8 @@ def core(session: nox.Session) -> None:
     session.env.update(TEST_ENV)
     install_core(session, "assets")
     session.install(*REFERENCE)
+    session.install("--no-deps", *CLIENTS)
+    declare_installed(session, "tiktoken", *REFERENCE_MODULES)
     session.run("pytest", "tests/core", *session.posargs)
 
 
@@ -154,23 +165,47 @@ def plugin_author(session: nox.Session) -> None:
     install_core(session)
     # A real (non-editable) install; reinstalled every run so a reused venv is current.
     session.install("--no-deps", "--force-reinstall", "./tests/plugins/genlm_dummy")
+    declare_installed(session, "genlm_dummy")
     session.run("pytest", "tests/plugin_author", *session.posargs)
 
 
-def install_backend(session: nox.Session, backend: str) -> None:
-    """Install genlm-``backend`` editable with the engine extra this host can run."""
+def declare_installed(session: nox.Session, *modules: str) -> None:
+    """Add top-level modules to the session's GENLM_TEST_INSTALLED (they must import)."""
+    listed = [m for m in session.env.get(INSTALLED_VAR, "").split(",") if m]
+    session.env[INSTALLED_VAR] = ",".join(dict.fromkeys([*listed, *modules]))
+
+
+#: The modules each plugin's engine extra (or its own dependencies) brings.
+ENGINE_MODULES = {
+    "hf": ("peft", "bitsandbytes") if sys.platform == "linux" else ("peft",),
+    "vllm": ("vllm",),
+    "mlx": ("mlx", "mlx_lm"),
+    "sgl": ("sglang",),
+}
+
+
+def install_backend(session: nox.Session, backend: str) -> bool:
+    """Install genlm-``backend`` editable with the engine extra this host can run.
+
+    Returns:
+        Whether the engine was installed (and declared in GENLM_TEST_INSTALLED).
+    """
     extra, why = engine_extra(backend)
     if not ships_model_class(backend):
         extra, why = None, f"genlm-{backend} ships no model class yet"
     session.log(f"engine extra of genlm-{backend}: {extra or 'none'} ({why})")
     target = str(plugin_dir(backend))
     session.install("-e", f"{target}[{extra}]" if extra else target)
+    # mlx and mlx-lm are dependencies of genlm-mlx itself on macOS and Linux.
+    engine = extra is not None or (backend == "mlx" and sys.platform in ("darwin", "linux"))
+    declare_installed(session, f"genlm_{backend}", *(ENGINE_MODULES[backend] if engine else ()))
     if (backend, extra) == ("vllm", "cpu"):
         # PyPI's torchvision/torchaudio are CUDA builds that break `import vllm` on
         # a CPU torch ("operator torchvision::nms does not exist").
         session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
     if (backend, extra) == ("sgl", "cpu"):
         sgl_cpu_setup(session)
+    return engine
 
 
 #: The SGLang release genlm-sgl's CPU recipe installs (see plugins/genlm_sgl/README.md).
@@ -194,13 +229,17 @@ def _backend_session(backend: str) -> None:
     def run(session: nox.Session) -> None:
         session.env.update(TEST_ENV)
         install_core(session, "assets")
-        install_backend(session, backend)
+        engine = install_backend(session, backend)
         if backend == "hf":
-            # The byte-level LM's agreement tests run genlm-bytes on genlm-backend.
+            # The byte-level LM's agreement tests run genlm-bytes on genlm-backend, and
+            # llamppl (a genlm-backend client) must work on genlm-hf through the rename.
             session.install(*REFERENCE)
-        if backend != "hf" and ships_model_class(backend):
+            session.install("--no-deps", *CLIENTS)
+            declare_installed(session, *REFERENCE_MODULES)
+        if backend != "hf" and engine:
             # genlm-hf is what its log-probs (and LoRA adapters: peft) are checked against.
             session.install("-e", f"{plugin_dir('hf')}[peft]")
+            declare_installed(session, "genlm_hf", "peft")
         session.run("pytest", f"tests/{backend}", *session.posargs)
 
     run.__doc__ = f"genlm-{backend}: probe and discovery tests; engine tests where it can run."

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from genlm_core.backend_compat import GenlmBackendCompat
 from genlm_core.errors import GenlmError
 from genlm_core.lm import BatchedAsyncLM, Request
 
@@ -37,7 +38,7 @@ ASSET_ALIASES = {
 }
 
 
-class MockAsyncLM(BatchedAsyncLM):
+class MockAsyncLM(GenlmBackendCompat, BatchedAsyncLM):
     """A deterministic stand-in for a real model, batched like one.
 
     Args:

@@ -7,10 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from session_requires import require
 
-genlm_hf = pytest.importorskip(
-    "genlm_hf", reason="genlm-hf is not installed (nox -s hf installs it)"
-)
+genlm_hf = require("genlm_hf", reason="genlm-hf is not installed (nox -s hf installs it)")
 
 from genlm_core import BackendUnavailableError, load_model_by_name  # noqa: E402
 from genlm_core.plugins import module_available  # noqa: E402

@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from session_requires import require
 
-genlm_mlx = pytest.importorskip(
-    "genlm_mlx", reason="genlm-mlx is not installed (nox -s mlx installs it)"
-)
+genlm_mlx = require("genlm_mlx", reason="genlm-mlx is not installed (nox -s mlx installs it)")
 
 from genlm_core import BackendUnavailableError, load_model_by_name  # noqa: E402
 from genlm_core.plugins import is_apple_silicon, module_available  # noqa: E402
@@ -177,7 +176,7 @@ def test_load_model_by_name_names_the_reason(monkeypatch):
 
 
 def test_load_model_by_name_when_named(asset_model_dir):
-    pytest.importorskip("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx does)")
+    require("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx does)")
     if not _plugin.check().ok:
         pytest.skip(f"mlx is not available here: {_plugin.check().reason}")
     lm = load_model_by_name(str(asset_model_dir("tiny-llama-spm")), backend="mlx")

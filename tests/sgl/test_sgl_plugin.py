@@ -7,10 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from session_requires import require
 
-genlm_sgl = pytest.importorskip(
-    "genlm_sgl", reason="genlm-sgl is not installed (nox -s sgl installs it)"
-)
+genlm_sgl = require("genlm_sgl", reason="genlm-sgl is not installed (nox -s sgl installs it)")
 
 from genlm_core import BackendUnavailableError, load_model_by_name  # noqa: E402
 from genlm_core.plugins import module_available  # noqa: E402

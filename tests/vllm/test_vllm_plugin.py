@@ -7,10 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from session_requires import require
 
-genlm_vllm = pytest.importorskip(
-    "genlm_vllm", reason="genlm-vllm is not installed (nox -s vllm installs it)"
-)
+genlm_vllm = require("genlm_vllm", reason="genlm-vllm is not installed (nox -s vllm installs it)")
 
 from genlm_core import BackendUnavailableError, load_model_by_name  # noqa: E402
 from genlm_core.plugins import has_nvidia_gpu, module_available  # noqa: E402
@@ -152,7 +151,7 @@ def test_plugin_imports_no_engine():
 def test_automatic_choice_is_the_fastest_for_the_hardware(
     monkeypatch, plugin_manager, register_plugin, gpus, build, first
 ):
-    pytest.importorskip("genlm_hf", reason="genlm-hf is installed by nox -s vllm")
+    require("genlm_hf", reason="genlm-hf is installed by nox -s vllm")
     _fake(monkeypatch, {"vllm", "torch", "transformers", "genlm_hf.lm"}, gpus, build)
     from genlm_core.plugins import BackendRegistry
     from genlm_hf import _plugin as hf_plugin

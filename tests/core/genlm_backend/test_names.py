@@ -3,8 +3,9 @@
 Migrating is an import rename: ``genlm.backend.X`` -> ``genlm_core.X``, for the
 packages (``genlm.backend``, ``.llm``, ``.tokenization``, ``.trie``, ``.cache``). Model
 classes of backends that are not installed are placeholder classes, as in genlm-backend
-(``tests/core/test_llm_names.py``). genlm-backend's module layout inside those packages (``trie.base``,
-``trie.parallel``, ``tokenization.bytes``, ...) is not kept: docs/migrating.md.
+(``tests/core/test_llm_names.py``). genlm-backend's module layout inside those packages
+(``trie.base``, ``trie.parallel``, ``tokenization.bytes``, ...) is not kept:
+docs/migrating.md.
 """
 
 import importlib
