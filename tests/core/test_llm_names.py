@@ -48,6 +48,7 @@ def fresh_llm(monkeypatch):
     for name in CLASSES:
         monkeypatch.delitem(vars(llm), name, raising=False)
         monkeypatch.setitem(sys.modules, f"genlm_{CLASSES[name]}", None)
+        monkeypatch.setitem(sys.modules, f"genlm_{CLASSES[name]}.lm", None)
     monkeypatch.setattr(Host, "here", classmethod(lambda cls: CPU))
     monkeypatch.setattr(official, "_installed", lambda dist: False)
     yield llm

@@ -1,4 +1,4 @@
-import importlib.util
+import importlib
 import subprocess
 import sys
 
@@ -63,13 +63,14 @@ def test_plugin_classes_resolve_or_say_what_to_install(name):
     cls = getattr(genlm_core, name)
     assert cls.__name__ == name and name not in genlm_core.__all__
     package = PLUGIN_CLASSES[name].replace("-", "_")
-    if importlib.util.find_spec(package) is None:
+    if cls.__module__ == "genlm_core.llm":  # a placeholder: the plugin or its engine is absent
+        with pytest.raises(ImportError):
+            importlib.import_module(f"{package}.lm")
         with pytest.raises(ImportError) as info:
             cls.from_name("m")
-        backend = package.removeprefix("genlm_")
-        assert str(info.value).endswith(f"is not installed: {install_hint(backend)}")
+        assert str(info.value).endswith(install_hint(package.removeprefix("genlm_")))
     else:
-        assert cls.__module__.startswith(package)
+        assert cls.__module__ == f"{package}.lm"
 
 
 def test_errors_share_one_root_and_a_builtin():

@@ -20,8 +20,18 @@ from session_requires import require
 
 __all__ = ["run_with_renamed_llamppl"]
 
-#: Hidden in the subprocess: the library renamed away, and an engine this machine lacks.
-HIDDEN = ("genlm.backend", "mlx", "mlx_lm")
+#: Hidden in the subprocess: the library renamed away, and the backends a CPU machine
+#: without MLX (nor vLLM, nor SGLang) lacks; genlm-hf stays where it is installed.
+HIDDEN = (
+    "genlm.backend",
+    "mlx",
+    "mlx_lm",
+    "genlm_mlx",
+    "vllm",
+    "genlm_vllm",
+    "sglang",
+    "genlm_sgl",
+)
 
 
 def _renamed_copy(folder: Path) -> Path:
