@@ -27,7 +27,7 @@ def declared() -> frozenset[str]:
     return frozenset(m.strip() for m in os.environ.get(ENV, "").split(",") if m.strip())
 
 
-def require(module: str, reason: str) -> ModuleType:
+def require(module: str, reason: str = "not installed") -> ModuleType:
     """Import ``module``; skip with ``reason`` only if the session did not declare it.
 
     Args:
