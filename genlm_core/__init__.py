@@ -40,7 +40,9 @@ _EXPORTS = {
     "AsyncTokenCharacterTrie": "genlm_core.trie",
     "TokenByteTrie": "genlm_core.trie",
     "ParallelTokenCharacterTrie": "genlm_core.trie",
-    # genlm-backend's top-level model classes, from their plugins (genlm_core.llm)
+    # genlm-backend's top-level model classes, from their plugins (genlm_core.llm): the
+    # class, or a placeholder that raises the install command when used. Importable by
+    # name, but not in __all__: `from genlm_core import *` imports no plugin.
     "AsyncTransformer": "genlm_core.llm",
     "AsyncVirtualLM": "genlm_core.llm",
     # errors
@@ -64,8 +66,6 @@ __all__ = [
     "AsyncLM",
     "AsyncLMBase",
     "AsyncTokenCharacterTrie",
-    "AsyncTransformer",
-    "AsyncVirtualLM",
     "AutoBatcher",
     "BackendContractError",
     "BackendUnavailableError",
@@ -119,7 +119,7 @@ if TYPE_CHECKING:  # pragma: no cover
         UnknownLoraError,
         UnsupportedTokenizerError,
     )
-    from genlm_core.llm import AsyncTransformer, AsyncVirtualLM
+    from genlm_core.llm import AsyncTransformer, AsyncVirtualLM  # noqa: F401 - not in __all__
     from genlm_core.lm import AsyncLM, AsyncLMBase, BatchedAsyncLM, PrefixRequest, Request
     from genlm_core.loading import list_backends, load_model_by_name, resolve_backend
     from genlm_core.testing.mock import MockAsyncLM

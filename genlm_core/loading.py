@@ -64,9 +64,7 @@ def resolve_backend(
     if named is not None:
         return registry.require_available(named)
     candidates = registry.available_auto()
-    choice = registry.plugin_manager.hook.genlm_select_backend(
-        model_name=model_name, candidates=[c.name for c in candidates]
-    )
+    choice = registry.select(model_name, [c.name for c in candidates])  # faulty hooks skipped
     if choice is not None:
         return registry.require_available(choice)
     if not candidates:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from genlm_core.errors import InvalidArgumentError, ModelNotFoundError
 
-__all__ = ["HUB_PROBE_TIMEOUT_S", "embedded_model", "resolve_model_name"]
+__all__ = ["HUB_PROBE_TIMEOUT_S", "cached_snapshot", "embedded_model", "resolve_model_name"]
 
 #: Seconds to wait for the hub's answer before calling it unreachable.
 HUB_PROBE_TIMEOUT_S = 10.0
@@ -65,9 +65,27 @@ def _hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE) or env in _TRUE
 
 
+def cached_snapshot(name: str) -> str | None:
+    """The local Hugging Face cache's snapshot directory of hub id ``name``, or None.
+
+    Any snapshot counts, whatever files it holds (a tokenizer-only repository has no
+    ``config.json``). Never touches the network.
+
+    Raises:
+        huggingface_hub.errors.HFValidationError: ``name`` is not a valid hub id.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return str(snapshot_download(name, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return None
+
+
 def _check_hub(name: str) -> None:
     """Raise unless hub id ``name`` is cached locally or the hub can be asked for it."""
-    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub import HfApi, constants
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -76,14 +94,13 @@ def _check_hub(name: str) -> None:
     )
 
     try:
-        cached = try_to_load_from_cache(name, "config.json")
+        if cached_snapshot(name) is not None:
+            return  # in the local Hugging Face cache: loads offline
     except HFValidationError as exc:
         raise ModelNotFoundError(
             f"model {name!r} is neither a local directory nor a valid hub id ({exc}); "
             f"pass a local model directory, or {_alternatives()}"
         ) from None
-    if isinstance(cached, str):
-        return  # in the local Hugging Face cache: loads offline
     if _hub_offline():
         raise ModelNotFoundError(
             f"model {name!r} is a Hugging Face hub id, but HF_HUB_OFFLINE is set and it is "

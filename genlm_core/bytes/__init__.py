@@ -33,6 +33,7 @@ from genlm_core.bytes.errors import (
     InvalidByteError,
     InvalidByteProbsError,
     MissingStartTokenError,
+    NaNLogProbError,
     NotMaterializedError,
 )
 from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs
@@ -53,6 +54,7 @@ __all__ = [
     "LazyByteProbs",
     "LazyTrieState",
     "MissingStartTokenError",
+    "NaNLogProbError",
     "NotMaterializedError",
     "StatefulTokenizedLM",
     "TokenByteTrie",

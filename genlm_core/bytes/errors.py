@@ -15,6 +15,7 @@ __all__ = [
     "InvalidByteError",
     "InvalidByteProbsError",
     "MissingStartTokenError",
+    "NaNLogProbError",
     "NotMaterializedError",
 ]
 
@@ -49,3 +50,11 @@ class NotMaterializedError(GenlmError, ValueError):
 
 class MissingStartTokenError(GenlmError, ValueError):
     """The tokenizer has neither a BOS nor an EOS token to start the context with."""
+
+
+class NaNLogProbError(GenlmError, ValueError):
+    """A log-probability (or beam weight) to normalise is NaN.
+
+    genlm-bytes drops NaN in ``logsumexp``, which silently renormalises the rest; a
+    NaN means a model or a computation upstream went wrong, so it is raised instead.
+    """

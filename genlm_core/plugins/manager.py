@@ -78,7 +78,9 @@ class GenlmPluginManager(pluggy.PluginManager):
         """Record a plugin failure so it is reported instead of raised."""
         origin = origin or self.origin(plugin)
         text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        self.broken.append(BrokenPlugin(plugin, group, origin.distribution, origin.version, text))
+        entry = BrokenPlugin(plugin, group, origin.distribution, origin.version, text)
+        if entry not in self.broken:  # a hook failing on every call is reported once
+            self.broken.append(entry)
 
     def register_checked(
         self, plugin: object, name: str, origin: PluginOrigin, group: str = "builtin"

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from genlm_core.adapters import LoraAdapter
+from genlm_core.backend_compat import GenlmBackendCompat
 from genlm_core.errors import GenlmError
 from genlm_core.lm import BatchedAsyncLM, Request
 
@@ -37,7 +38,7 @@ ASSET_ALIASES = {
 }
 
 
-class MockAsyncLM(BatchedAsyncLM):
+class MockAsyncLM(GenlmBackendCompat, BatchedAsyncLM):
     """A deterministic stand-in for a real model, batched like one.
 
     Args:
@@ -118,9 +119,13 @@ def _load_tokenizer(model_name: str) -> Any:
         from genlm_core.assets import tokenizer_dir
 
         return AutoTokenizer.from_pretrained(tokenizer_dir(ASSET_ALIASES[model_name]))
-    from genlm_core.model_names import resolve_model_name
+    from genlm_core.model_names import cached_snapshot, resolve_model_name
 
     name = resolve_model_name(model_name)  # an embedded model; no such directory; hub checks
+    if not Path(name).is_dir():
+        # A cached hub id loads from its snapshot: offline, AutoTokenizer asks the hub
+        # cache for config.json, which a tokenizer-only repository lacks.
+        name = cached_snapshot(name) or name
     try:
         return AutoTokenizer.from_pretrained(name)
     except Exception as exc:

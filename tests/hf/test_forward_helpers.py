@@ -7,8 +7,9 @@ import threading
 
 import pytest
 import torch
+from session_requires import require
 
-pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
+require("genlm_hf.lm", reason="genlm-hf is not installed")
 
 from genlm_core.row_pool import RowPool  # noqa: E402
 from genlm_hf._forward import Workspace, _logits_into, log_softmax_rows  # noqa: E402

@@ -11,11 +11,12 @@ import asyncio
 
 import pytest
 import torch
+from session_requires import require
 
 from genlm_core.errors import UnknownLoraError
 from genlm_core.testing import LoraConformance
 
-peft = pytest.importorskip("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
+peft = require("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 

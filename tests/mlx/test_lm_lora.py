@@ -13,8 +13,9 @@ import json
 
 import pytest
 import torch
+from session_requires import require
 
-pytest.importorskip("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx installs them)")
+require("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx installs them)")
 
 from genlm_mlx.lm import AsyncMlxLM  # noqa: E402, I001  (first: it picks mlx's BLAS)
 

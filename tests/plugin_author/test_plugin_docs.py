@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from session_requires import require
 
 from genlm_core.loading import resolve_backend
 from genlm_core.plugins import Availability, BackendSpec, hookimpl
@@ -71,7 +72,7 @@ def test_quoted_code_matches_the_files(kind, path, body):
 
 
 def test_usage_example():
-    pytest.importorskip("genlm_dummy", reason="genlm-dummy is not installed")
+    require("genlm_dummy", reason="genlm-dummy is not installed")
     namespace: dict = {}
     exec(code_block("usage"), namespace)
     lm = namespace["lm"]

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from session_requires import require
 
-pytest.importorskip("sglang", reason="SGLang is not installed (nox -s sgl installs it)")
+require("sglang", reason="SGLang is not installed (nox -s sgl installs it)")
 
 import torch  # noqa: E402
 
@@ -25,7 +26,7 @@ from genlm_core.errors import UnknownLoraError  # noqa: E402
 from genlm_core.plugins.probes import nvidia_gpu_count  # noqa: E402
 from genlm_core.testing import LoraConformance  # noqa: E402
 
-peft = pytest.importorskip("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
+peft = require("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
 
 pytestmark = [
     pytest.mark.skipif(

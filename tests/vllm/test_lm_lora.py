@@ -10,15 +10,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from session_requires import require
 
-pytest.importorskip("vllm", reason="vLLM is not installed (nox -s vllm installs it)")
+require("vllm", reason="vLLM is not installed (nox -s vllm installs it)")
 
 import torch  # noqa: E402
 
-from genlm_core.errors import InvalidArgumentError, UnknownLoraError
-from genlm_core.testing import LoraConformance
+from genlm_core.errors import InvalidArgumentError, UnknownLoraError  # noqa: E402
+from genlm_core.testing import LoraConformance  # noqa: E402
 
-peft = pytest.importorskip("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
+peft = require("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
 
 pytestmark = [
     # peft warns on every second adapter loaded into genlm-hf's model, which is what the

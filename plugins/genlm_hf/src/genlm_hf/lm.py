@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from genlm_core.adapters import LoraAdapter
+from genlm_core.backend_compat import GenlmBackendCompat
 from genlm_core.errors import ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, Request
 from genlm_core.model_names import resolve_model_name
@@ -87,7 +88,7 @@ def split_kv_budget(kv_cache_bytes: int, max_batch_kv_bytes: int) -> tuple[int, 
     return keep, reserve
 
 
-class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
+class AsyncTransformer(GenlmBackendCompat, PrefixForwards, BatchedAsyncLM):
     """Asynchronous, autobatched, prefix-cached wrapper of a transformers causal LM.
 
     Args:

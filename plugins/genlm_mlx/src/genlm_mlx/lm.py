@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from genlm_core.adapters import LoraAdapter  # noqa: E402
+from genlm_core.backend_compat import GenlmBackendCompat  # noqa: E402
 from genlm_core.errors import ModelClosedError  # noqa: E402
 from genlm_core.lm import BatchedAsyncLM, Request  # noqa: E402
 from genlm_core.model_names import resolve_model_name  # noqa: E402
@@ -68,7 +69,7 @@ MIN_SHARED = 16
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
 
-class AsyncMlxLM(BatchedAsyncLM):
+class AsyncMlxLM(GenlmBackendCompat, BatchedAsyncLM):
     """Asynchronous, autobatched, prefix-cached wrapper of an mlx-lm model.
 
     Args:

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import torch
 
 from genlm_core.adapters import LoraAdapter
+from genlm_core.backend_compat import GenlmBackendCompat
 from genlm_core.errors import InvalidArgumentError, ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, Request
 from genlm_core.model_names import resolve_model_name
@@ -93,7 +94,7 @@ def start_engine(model_name: str, engine_opts: dict[str, Any] | None = None) -> 
         ) from exc
 
 
-class AsyncSGLTransformer(BatchedAsyncLM):
+class AsyncSGLTransformer(GenlmBackendCompat, BatchedAsyncLM):
     """Asynchronous, batched next-token log-probs from an in-process SGLang scheduler.
 
     Args:
@@ -188,10 +189,7 @@ class AsyncSGLTransformer(BatchedAsyncLM):
     def clear_cache(self) -> None:
         """Drop cached outputs and flush SGLang's radix prefix cache."""
         super().clear_cache()
-        runner = self._runner
-        if runner is not None and not self._closed:
-            with runner.lock:
-                runner.scheduler.flush()
+        self.clear_kv_cache()
 
     # -- LoRA ---------------------------------------------------------------------------
 
@@ -242,6 +240,15 @@ class AsyncSGLTransformer(BatchedAsyncLM):
                 engine.shutdown()
         self._runner = None
         gc.collect()
+
+    # -- genlm-backend 0.3.1 compatibility ------------------------------------------------
+
+    def clear_kv_cache(self) -> None:
+        """Flush SGLang's radix prefix cache only, keeping the cached outputs."""
+        runner = self._runner
+        if runner is not None and not self._closed:
+            with runner.lock:
+                runner.scheduler.flush()
 
 
 # -- helpers -------------------------------------------------------------------------------

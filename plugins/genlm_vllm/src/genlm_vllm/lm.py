@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from genlm_core.adapters import LoraAdapter
+from genlm_core.backend_compat import GenlmBackendCompat
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, Request, sampling_args
 from genlm_core.model_names import resolve_model_name
@@ -51,7 +52,7 @@ VLLM_TEMPERATURES = (0.01, 2.0)
 _LORA_IDS = itertools.count(1)
 
 
-class AsyncVirtualLM(BatchedAsyncLM):
+class AsyncVirtualLM(GenlmBackendCompat, BatchedAsyncLM):
     """Asynchronous, batched next-token log-probs and sampling from a vLLM engine.
 
     Args:
@@ -295,6 +296,16 @@ class AsyncVirtualLM(BatchedAsyncLM):
                 shutdown_engine(self._runner.engine)
         self.llm = self._runner = None  # type: ignore[assignment]
         gc.collect()
+
+    # -- genlm-backend 0.3.1 compatibility ------------------------------------------------
+
+    async def release_all(self) -> None:
+        """Kept for genlm-backend's clients; no request outlives its call here.
+
+        genlm-backend kept finished requests alive in the engine to extend them later,
+        and this evicted them. Here each request ends with its row, and vLLM's prefix
+        cache keeps what is worth reusing.
+        """
 
 
 # -- helpers -------------------------------------------------------------------------------
