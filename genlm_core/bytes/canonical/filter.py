@@ -103,7 +103,7 @@ class CanonicalFilter:
         self.tables = Tables(self.pretok, self.strings)
         self._settled: dict[tuple[int, ...], int] = {}
         self._groups: dict[tuple[tuple[int, ...], Any], tuple[bool, tuple[int, ...]]] = {}
-        self._next_cache: dict[tuple[tuple[int, ...], bytes], bool] = {}
+        self._next_cache: dict[tuple[tuple[int, ...], bytes, int], bool] = {}
 
     # -- vocabulary ------------------------------------------------------------------
 
@@ -115,6 +115,7 @@ class CanonicalFilter:
         ]
         for ch in _PROBE_CHARS:
             classes.of(ch)
+        classes.enumerate_all()
         self.normal = np.zeros(n, dtype=bool)
         self.cs = np.zeros(n, dtype=np.int64)
         for i, t in enumerate(self.texts):
@@ -323,7 +324,7 @@ class CanonicalFilter:
 
     def _has_next(self, pending: Pending, depth: int) -> bool:
         """Whether some token can follow (the context is a canonical prefix)."""
-        key = (pending.ids, pending.data)
+        key = (pending.ids, pending.data, depth)  # depth-limited: the answer depends on it
         hit = self._next_cache.get(key)
         if hit is None:
             hit = self._next_cache[key] = bool(self._mask(pending, depth).any())

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import regex
 
 from genlm_core.bytes.errors import CanonicalityUnsupportedError
@@ -167,10 +168,37 @@ class CharClasses:
         self._collapsible, self.context_chars, self.reach = _collapsible(
             patterns, sources, literal_ids
         )
+        self.frozen = False
         self._signatures: dict[tuple[bool, ...], int] = {}
         self._of: dict[str, int] = {}
         self._base: dict[int, int] = {}  # class -> the class it has out of context
         self.reps: list[str] = []
+
+    def enumerate_all(self) -> None:
+        """Find every class now, from every character that can have a distinct one.
+
+        The analyses cached per class string assume the set of classes is complete
+        (the futures they try are one character of each class): every character of
+        planes 0-2 is classified (one regex pass over them per character test), plus
+        samples of the others, whose characters the patterns in use cannot tell apart
+        from those. A character of a new class met later raises.
+        """
+        chars = [chr(c) for c in range(0x30000) if not 0xD800 <= c < 0xE000]
+        chars += [chr(c) for c in (*range(0xE0000, 0xE0080), 0xF0000, 0x10FFFD)]
+        text = "".join(chars)
+        member = []
+        for atom in self._atoms:
+            hits = np.zeros(len(chars), dtype=bool)
+            hits[[m.start() for m in atom.finditer(text)]] = True
+            member.append(hits)
+        signatures = np.stack(member, axis=1) if member else np.zeros((len(chars), 0), bool)
+        _, first = np.unique(signatures, axis=0, return_index=True)
+        ascii_first = {}
+        for i in range(0x80):
+            ascii_first.setdefault(signatures[i].tobytes(), i)
+        for i in sorted(first.tolist()):
+            self.of(chars[ascii_first.get(signatures[i].tobytes(), i)])
+        self.frozen = True
 
     def of(self, ch: str, in_context: bool = True) -> int:
         """The class of character ``ch``; out of context, contraction letters are letters."""
@@ -187,6 +215,11 @@ class CharClasses:
 
     def _class(self, signature: tuple[bool, ...], ch: str | None) -> int:
         k = self._signatures.get(signature)
+        if k is None and self.frozen:
+            raise CanonicalityUnsupportedError(
+                f"character {ch!r} has a pre-tokenizer class not met among planes 0-2 "
+                f"(signature {signature}); exact byte probabilities cannot be computed"
+            )
         if k is None:
             k = self._signatures[signature] = len(self.reps)
             rep = ch if ch is not None else self._find_rep(signature)

@@ -63,6 +63,21 @@ def futures(pretok: Any) -> list[str]:
     return cached[1]
 
 
+def all_futures(pretok: Any, length: int) -> list[str]:
+    """The end of the text and every string of class representatives up to ``length``."""
+    key = f"_all_futures_{length}"
+    cached = getattr(pretok, key, None)
+    if cached is None or cached[0] != len(pretok.classes.reps):
+        reps = pretok.classes.reps
+        out, level = [""], [""]
+        for _ in range(length):
+            level = [f + r for f in level for r in reps]
+            out += level
+        cached = (len(reps), out)
+        setattr(pretok, key, cached)
+    return cached[1]
+
+
 def _lookahead_classes(pretok: Any) -> list[int]:
     """Classes after which the next character can move boundaries already read.
 
@@ -138,7 +153,7 @@ class PendingTable:
         out = {}
         for k, rep in enumerate(classes.reps):
             seen = set()
-            for f in futures(self.pretok):
+            for f in all_futures(self.pretok, 2):
                 cuts = self.pretok.boundaries(self.prefix + rep + f)
                 seen.add((tuple(b - p for b in cuts if 0 < b < p), p in cuts))
                 if len(seen) > 1:
@@ -243,13 +258,10 @@ class Tables:
         classes = self.pretok.classes
         text = classes.text(key)
         p = len(text)
-        reps = classes.reps
-        out = []
-        for f in futures(self.pretok):
-            for g in ("", *reps) if len(f) == 2 else ("",):
-                cuts = self.pretok.boundaries(text + f + g)
-                out.append(tuple(b - p for b in cuts if 0 < b))
-        return tuple(out)
+        return tuple(
+            tuple(b - p for b in self.pretok.boundaries(text + f) if 0 < b)
+            for f in all_futures(self.pretok, 3)
+        )
 
     def __len__(self) -> int:
         return len(self._by_signature) + 1
@@ -266,7 +278,7 @@ def settled_offset(pretok: Any, text: str) -> int:
         return 0
     n = len(text)
     common: list[int] | None = None
-    for f in futures(pretok):
+    for f in all_futures(pretok, 2):
         cuts = [b for b in pretok.boundaries(text + f) if b <= n]
         if common is None:
             common = cuts
