@@ -86,7 +86,8 @@ class ByteOracle:
     """Next-byte log-probabilities of a Hugging Face causal LM by enumeration.
 
     Args:
-        model: A transformers causal LM (run in float64 here).
+        model: A transformers causal LM (run in float64 here), or None to ask only
+            about canonicality.
         tokenizer: Its fast tokenizer.
     """
 
@@ -97,7 +98,9 @@ class ByteOracle:
         self.tokenizer = tokenizer
         self.encoder = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
         self.encoder.encode_special_tokens = True  # never parse special tokens from text
-        self.width = model.get_output_embeddings().weight.shape[0]
+        self.width = (
+            model.get_output_embeddings().weight.shape[0] if model is not None else len(tokenizer)
+        )
         alphabet = gpt2_bytes()
         added = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
         self.special = set(added)
@@ -109,6 +112,10 @@ class ByteOracle:
         self.start = tokenizer.bos_token_id
         if self.start is None:
             self.start = tokenizer.eos_token_id
+        self._exact: dict[bytes, list[int]] = {}
+        for i, b in enumerate(self.vocab):
+            if b:
+                self._exact.setdefault(b, []).append(i)
         entries = sorted((b, i) for i, b in enumerate(self.vocab) if b)
         self._keys = [b for b, _ in entries]
         self._ids = [i for _, i in entries]
@@ -154,8 +161,8 @@ class ByteOracle:
             yield head
             return
         for n in range(1, len(data) + 1):
-            for t in self.starting_with(data[:n]):
-                if self.vocab[t] != data[:n] or (canonical and t in self.special):
+            for t in self._exact.get(data[:n], ()):
+                if canonical and t in self.special:
                     continue
                 ids = (*head, t)
                 if canonical and not self.canonical(ids):
@@ -164,7 +171,7 @@ class ByteOracle:
 
     # -- canonicality ----------------------------------------------------------------------
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - the oracle lives for a test session
+    @functools.cache  # noqa: B019 - the oracle lives for a test session
     def canonical(self, ids: tuple[int, ...]) -> bool:
         """Whether ``ids`` start the encoder's tokens of their text plus some continuation."""
         return self.canonical_after(ids[:-1], [ids[-1]])[0]
@@ -187,7 +194,9 @@ class ByteOracle:
         for future in FUTURES:
             if not whole:
                 break
-            encoded = self.encoder.encode_batch([t + future for _, t in whole], add_special_tokens=False)
+            encoded = self.encoder.encode_batch(
+                [t + future for _, t in whole], add_special_tokens=False
+            )
             left = []
             for (k, text), enc in zip(whole, encoded, strict=True):
                 if tuple(enc.ids[:n]) == (*context, lasts[k]):
@@ -205,7 +214,9 @@ class ByteOracle:
         want = (*context, last)
         texts = [text + c for c in _completions(partial)]
         for future in SHORT_FUTURES:
-            encoded = self.encoder.encode_batch([t + future for t in texts], add_special_tokens=False)
+            encoded = self.encoder.encode_batch(
+                [t + future for t in texts], add_special_tokens=False
+            )
             if any(tuple(e.ids[:n]) == want for e in encoded):
                 return True
         return False
@@ -250,7 +261,9 @@ class ByteOracle:
             out[257] = math.log(eos) - math.log(total) if eos > 0 else -np.inf
         return out
 
-    def log_prefix_prob(self, data: bytes, canonical: bool, eos_ids: list[int] | None = None) -> float:
+    def log_prefix_prob(
+        self, data: bytes, canonical: bool, eos_ids: list[int] | None = None
+    ) -> float:
         """``log q(data)``: covers of ``data`` (the last token starts inside it)."""
         eos_ids = set(eos_ids or [])
         total = 0.0

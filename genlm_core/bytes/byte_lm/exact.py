@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from genlm_core.bytes.byte_lm.beam import _check_byte, _logsumexp_columns
-from genlm_core.bytes.byte_lm.exact_plan import Node, Spellings, plan, walk
+from genlm_core.bytes.byte_lm.exact_plan import Node, Spellings, plan, reading, walk
 from genlm_core.bytes.byte_lm.exact_state import (
     ExactTrieState,
     initial_context,
@@ -209,8 +209,8 @@ class ExactByteState(StatefulByteLM):
         origins = [(s.lm_state, bytes(s.partial)) for s in self.states]
         origins += [(e.lm_state, b"") for e in extensions]
         contexts = []
-        for node in walk(plan(origins, predicted, shared.spell)):
-            context = tuple(node.lm_state.context)
+        for lm_state in reading(origins, predicted, shared.spell):
+            context = tuple(lm_state.context)
             if context not in shared.asked:
                 contexts.append(context)
             if len(contexts) >= SPECULATE_CONTEXTS:

@@ -16,7 +16,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Node", "plan"]
+__all__ = ["Node", "Spellings", "plan", "reading", "walk"]
 
 
 @dataclass(eq=False)
@@ -33,6 +33,7 @@ class Node:
     token: int | None = None
     origin: Any = None
     children: list[Node] = field(default_factory=list)
+    alive: bool = True
 
 
 class Spellings:
@@ -79,7 +80,8 @@ def plan(origins: list[tuple[Any, bytes]], text: bytes, spell: Spellings) -> lis
 
     Returns:
         The origin nodes; every node's ``children`` are the canonical contexts one token
-        longer that can still go on with the text (or end exactly at its end).
+        longer from which the text can be read to its end (contexts that a later byte
+        rules out are dropped: reading never asks for them).
     """
     roots = []
     by_end: dict[int, list[Node]] = {}
@@ -90,6 +92,12 @@ def plan(origins: list[tuple[Any, bytes]], text: bytes, spell: Spellings) -> lis
     for end in range(1, len(text)):  # children always end later than their parent
         for node in by_end.get(end, ()):
             _grow(node, text, spell, by_end, b"")
+    for end in sorted(by_end, reverse=True):  # keep what reaches the end of the text
+        for node in by_end[end]:
+            node.children = [c for c in node.children if c.alive]
+            node.alive = end == len(text) or bool(node.children) or _runs_past(node, text, spell)
+    for root in roots:
+        root.children = [c for c in root.children if c.alive]
     return roots
 
 
@@ -100,6 +108,8 @@ def _grow(
     canon = node.lm_state.canon
     start = max(node.end, 0)
     for stop in range(start + 1, min(len(text), start + spell.longest) + 1):
+        if not spell.starts(partial + text[start:stop]):
+            break  # no token goes on with these bytes
         for token in spell.exact(partial + text[start:stop]):
             if not canon.valid_next(node.lm_state.pending, token):
                 continue
@@ -109,11 +119,25 @@ def _grow(
                 by_end.setdefault(stop, []).append(child)
 
 
+def _runs_past(node: Node, text: bytes, spell: Spellings) -> bool:
+    """Whether a canonical next token after ``node`` spells the rest of ``text`` and more."""
+    rest = text[node.end :]
+    if len(rest) >= spell.longest:
+        return False
+    canon, pending = node.lm_state.canon, node.lm_state.pending
+    longer = spell.longer(rest)
+    if len(longer) > 32:
+        return bool(canon.mask(pending)[longer].any())
+    return any(canon.valid_next(pending, t) for t in longer)
+
+
 def can_go_on(node: Node, text: bytes, spell: Spellings) -> bool:
     """Whether some canonical next token agrees with the rest of ``text`` after ``node``."""
     canon, pending = node.lm_state.canon, node.lm_state.pending
     rest = text[node.end :]
     for stop in range(1, min(len(rest), spell.longest) + 1):
+        if not spell.starts(rest[:stop]):
+            return False
         for token in spell.exact(rest[:stop]):
             if canon.valid_next(pending, token):
                 return True
@@ -123,6 +147,37 @@ def can_go_on(node: Node, text: bytes, spell: Spellings) -> bool:
             return bool(canon.mask(pending)[longer].any())
         return any(canon.valid_next(pending, t) for t in longer)
     return False
+
+
+def reading(origins: list[tuple[Any, bytes]], text: bytes, spell: Spellings) -> list[Any]:
+    """The contexts reading ``text`` byte by byte will ask for, in order (speculation).
+
+    Unlike :func:`plan`, a context is kept as soon as its token is canonical: reading
+    asks for it at that byte, whatever comes later. A candidate stops at the first
+    byte no canonical token of it can spell.
+    """
+    out = []
+    alive = [(lm_state, -len(partial), partial) for lm_state, partial in origins]
+    for k in range(1, len(text) + 1):
+        born = []
+        kept = []
+        for lm_state, start, partial in alive:
+            spelled = partial + text[max(start, 0) : k]
+            canon, pending = lm_state.canon, lm_state.pending
+            ends = [t for t in spell.exact(spelled) if canon.valid_next(pending, t)]
+            for t in ends:
+                child = lm_state << t
+                out.append(child)
+                born.append((child, k, b""))
+            longer = spell.longer(spelled)
+            if len(longer) > 32:
+                goes_on = bool(canon.mask(pending)[longer].any())
+            else:
+                goes_on = any(canon.valid_next(pending, t) for t in longer)
+            if goes_on:
+                kept.append((lm_state, start, partial))
+        alive = kept + born
+    return out
 
 
 def walk(roots: list[Node]) -> list[Node]:
