@@ -44,6 +44,7 @@ from genlm_core.bytes.errors import (
     MissingStartTokenError,
     NotMaterializedError,
 )
+from genlm_core.bytes.likelihood import TextLikelihood, log_likelihood
 from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs
 from genlm_core.trie.async_trie import AsyncTokenByteTrie
 from genlm_core.trie.byte_trie import TokenByteTrie, TrieMode
@@ -67,6 +68,8 @@ __all__ = [
     "NotMaterializedError",
     "StatefulTokenizedLM",
     "TokenByteTrie",
+    "TextLikelihood",
     "TokenHealer",
     "TrieMode",
+    "log_likelihood",
 ]
