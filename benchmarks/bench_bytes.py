@@ -341,7 +341,7 @@ def main() -> None:
     if "exact" in only:
         from bytes_exact import exact_races
 
-        ratios = exact_races(hf_model, tokenizer, clock, repeats, args.quick, TEXT)
+        ratios = exact_races(hf_model, tokenizer, clock, repeats, args.quick, TEXT, Library)
         results.update({f"exact {k}": round(v, 2) for k, v in ratios.items()})
     for lib in libs.values():
         lib.lm.cleanup() if hasattr(lib.lm, "cleanup") else None

@@ -35,7 +35,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
-K4 = {"K": 4, "prune_threshold": 0.05, "heal": True}
 K64 = {"K": 64, "prune_threshold": 0.0, "heal": True}
 
 
@@ -52,41 +51,33 @@ def load(dtype: Any = None) -> tuple[Any, Any]:
 
 
 class Contender:
-    """One byte-level LM of the race over its own AsyncTransformer (own caches)."""
+    """One byte-level LM of the race over its own AsyncTransformer (own caches).
 
-    def __init__(self, kind: str, hf_model: Any, tokenizer: Any) -> None:
+    ``library`` is bench_bytes.Library: the K=4 beams (ours and genlm-bytes) are its.
+    """
+
+    def __init__(self, kind: str, hf_model: Any, tokenizer: Any, library: Any) -> None:
         self.kind = kind
-        if kind == "genlm-bytes":
-            from genlm.backend.llm.hf import AsyncTransformer
+        self.lib = None
+        if kind in ("genlm-bytes", "beam K=4"):
+            self.lib = library("ref" if kind == "genlm-bytes" else "ours", hf_model, tokenizer)
+            self.lm = self.lib.lm
         else:
             from genlm_hf.lm import AsyncTransformer
-        self.lm = AsyncTransformer(hf_model, tokenizer)
-        self.eos = [bytes(self.lm.byte_vocab[tokenizer.eos_token_id])]
-        self._trie = None
+
+            self.lm = AsyncTransformer(hf_model, tokenizer)
 
     async def start(self) -> Any:
         """A fresh initial state (tries and the canonical filter are built once, not timed)."""
+        if self.lib is not None:
+            return await self.lib.beam()
         if self.kind.startswith("exact"):
             from genlm_core.bytes import ExactByteState
 
-            speculate = self.kind == "exact"
-            return await ExactByteState.initial(
-                self.lm, eos_byte_strings=self.eos, speculate=speculate
-            )
-        if self.kind == "genlm-bytes":
-            import genlm.bytes as theirs
-
-            params = theirs.BeamParams(**K4, eos_byte_strings=self.eos)
-            if self._trie is None:
-                self._trie = theirs.AsyncTokenByteTrie.from_vocab(
-                    self.lm.byte_vocab, eos_byte_strings=params.eos_byte_strings, device="cpu"
-                )
-            state = theirs.LazyTrieState.initial(self.lm, self._trie)
-            return theirs.ByteBeamState([await state.materialize()], params)
+            return await ExactByteState.initial(self.lm, speculate=self.kind == "exact")
         from genlm_core.bytes import BeamParams, ByteBeamState
 
-        params = K4 if self.kind == "beam K=4" else K64
-        return await ByteBeamState.initial(self.lm, BeamParams(**params, eos_byte_strings=self.eos))
+        return await ByteBeamState.initial(self.lm, BeamParams(**K64))
 
     def clear(self) -> None:
         import gc
@@ -152,12 +143,14 @@ def median(results: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in results)
 
 
-def exact_races(hf_model: Any, tokenizer: Any, clock: Any, repeats: int, quick: bool, text: bytes):
+def exact_races(
+    hf_model: Any, tokenizer: Any, clock: Any, repeats: int, quick: bool, text: bytes, library: Any
+):
     """The prefill and greedy races of ExactByteState (see module doc); returns the ratios."""
     ratios = {}
     kinds = ["exact", "beam K=4", "genlm-bytes"]
     contenders = {
-        k: Contender(k, hf_model, tokenizer) for k in [*kinds, "beam K=64", "exact-nospec"]
+        k: Contender(k, hf_model, tokenizer, library) for k in [*kinds, "beam K=64", "exact-nospec"]
     }
     for c in contenders.values():  # warm-up: tries, filter tables, kernels (excluded)
         asyncio.run(prefill_run(c, clock, text[:40]))
@@ -323,7 +316,7 @@ def rule_figures(n: int) -> None:
         canon = CanonicalFilter(tok, decode_vocab(tok)[0])
         oracle = ByteOracle(None, tok)
         rng = random.Random(0)
-        rejected, accepted_extra, total, examples = 0, 0, 0, []
+        rejected, accepted_extra, total, examples, extras = 0, 0, 0, [], []
         for _ in range(n):
             text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
             ids = tuple(oracle.encoder.encode(text, add_special_tokens=False).ids)
@@ -337,6 +330,8 @@ def rule_figures(n: int) -> None:
                 total += 1
                 if all(_pair(oracle, canon, a, c) for a, c in zip(other, other[1:], strict=False)):
                     accepted_extra += 1
+                    if len(extras) < 4:
+                        extras.append([oracle.vocab[t] for t in other])
         ours_rejected = 0
         for _ in range(n):
             text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
@@ -349,7 +344,7 @@ def rule_figures(n: int) -> None:
         print(
             f"{name}: pair rule rejects the encoding of {rejected}/{n} strings "
             f"(e.g. {examples}); accepts {accepted_extra}/{total} other tokenizations as whole "
-            f"texts; our rule rejects the encoding of {ours_rejected}/{n}"
+            f"texts (e.g. {extras}); our rule rejects the encoding of {ours_rejected}/{n}"
         )
 
 

@@ -33,9 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from genlm_core.bytes.byte_lm.beam import _check_byte, _logsumexp_columns
+from genlm_core.bytes.byte_lm.beam import _check_byte, next_byte_logps
 from genlm_core.bytes.byte_lm.exact_plan import Node, Spellings, plan, reading, walk
 from genlm_core.bytes.byte_lm.exact_state import (
     ExactTrieState,
@@ -48,7 +46,7 @@ from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes
 from genlm_core.bytes.byte_lm.params import _byte_strings
 from genlm_core.bytes.byte_lm.trie_state import TrieMode
 from genlm_core.bytes.errors import EmptyBeamError
-from genlm_core.bytes.probs import EOT, LazyByteProbs, logsumexp
+from genlm_core.bytes.probs import LazyByteProbs, logsumexp
 from genlm_core.errors import InvalidTokenIdsError
 
 __all__ = ["ExactByteState"]
@@ -160,17 +158,7 @@ class ExactByteState(StatefulByteLM):
             EmptyBeamError: No canonical tokenization covers the bytes read.
         """
         self._check_nonempty()
-        extended = await self.extend()
-        rows = np.empty((len(self.states) + len(extended), 258))
-        for i, state in enumerate(self.states):
-            rows[i] = state.logp_next.ps
-            rows[i] += state.weight
-        rows[: len(self.states), EOT] = -np.inf  # a token ends only by being extended
-        for i, state in enumerate(extended, len(self.states)):
-            rows[i] = state.logp_next.ps
-            rows[i] += state.weight
-        logps = _logsumexp_columns(rows)
-        return LazyByteProbs(logps - logsumexp(logps))
+        return next_byte_logps(self.states, await self.extend())
 
     async def extend(self) -> list[ExactTrieState]:
         """Every candidate that ends a canonical token here, in its new context (materialized).
@@ -206,7 +194,7 @@ class ExactByteState(StatefulByteLM):
         predicted = _predict(self.states[0], SPECULATE_BYTES)
         if not predicted:
             return []
-        origins = [(s.lm_state, bytes(s.partial)) for s in self.states]
+        origins = [(s.lm_state, bytes(s.partial)) for s in self.states if not s.terminated]
         origins += [(e.lm_state, b"") for e in extensions]
         contexts = []
         for lm_state in reading(origins, predicted, shared.spell):
@@ -223,20 +211,23 @@ class ExactByteState(StatefulByteLM):
     async def prefill(self, bs: Any) -> ExactByteState:
         """The state after the bytes ``bs`` (EOS tokens are ordinary tokens meanwhile).
 
-        Same result as ``state << b`` for each byte in ``TrieMode.WITHOUT_EOS``; faster:
-        the contexts it needs are listed first (without the model) and asked for in
-        one prefix call along the longest chain and one batched call.
+        Same result as ``state << b`` for each byte, every context's masses taken in
+        ``TrieMode.WITHOUT_EOS`` (the beam's ``prefill`` too reads a prompt's EOS byte
+        strings as text); faster: the contexts it needs are listed first (without the
+        model) and asked for in one prefix call along the longest chain and one
+        batched call.
         """
         data = _as_bytes(bs)
         if not data:
             return self
         self._check_nonempty()
         shared = self.shared
-        origins = [(s.lm_state, bytes(s.partial)) for s in self.states]
+        readers = [s for s in self.states if not s.terminated]  # nothing follows EOS
+        origins = [(s.lm_state, bytes(s.partial)) for s in readers]
         roots = plan(origins, data, shared.spell)
         nodes = walk(roots)
         rows = await _rows(shared.llm, roots, nodes)
-        for root, state in zip(roots, self.states, strict=True):
+        for root, state in zip(roots, readers, strict=True):
             root.logp = state.weight - float(state.mass[state.node])
         for node in nodes:
             node.logp = node.parent.logp + float(

@@ -89,7 +89,7 @@ def plan(origins: list[tuple[Any, bytes]], text: bytes, spell: Spellings) -> lis
         node = Node(lm_state, -len(partial), origin=(lm_state, partial))
         roots.append(node)
         _grow(node, text, spell, by_end, partial)
-    for end in range(1, len(text)):  # children always end later than their parent
+    for end in range(len(text)):  # children end later than their parent (or at 0)
         for node in by_end.get(end, ()):
             _grow(node, text, spell, by_end, b"")
     for end in sorted(by_end, reverse=True):  # keep what reaches the end of the text
@@ -107,7 +107,8 @@ def _grow(
     """Add ``node``'s children: canonical tokens ending inside ``text`` that can go on."""
     canon = node.lm_state.canon
     start = max(node.end, 0)
-    for stop in range(start + 1, min(len(text), start + spell.longest) + 1):
+    first = start if partial else start + 1  # a read partial token may end right here
+    for stop in range(first, min(len(text), start + spell.longest) + 1):
         if not spell.starts(partial + text[start:stop]):
             break  # no token goes on with these bytes
         for token in spell.exact(partial + text[start:stop]):

@@ -83,13 +83,15 @@ class ExactTrieState(LazyTrieState):
         the canonical next tokens, so that it sums over every last token.
         """
         if self._mass is None:
+            base = self.weight  # log p(context): materializing twice (concurrently) is harmless
             logps = await self.lm_state.logp_next()
             allowed = self.lm_state.mask(self.mode, self.trie_eos_ids)
             values = torch.as_tensor(logps).detach().cpu().numpy().astype(np.float64, copy=False)
             masked = np.where(allowed[: len(values)], values, -np.inf)
-            self._mass = await self.trie.log_weight_sum(masked, self.mode)
+            mass = await self.trie.log_weight_sum(masked, self.mode)
             # states are materialized at a token boundary (the root): add every next token
-            self.weight += float(self._mass[self.node])
+            self._mass = mass
+            self.weight = base + float(mass[self.node])
         return self
 
     @property
