@@ -102,6 +102,25 @@ async def test_greedy_is_under_one_forward_per_byte(smollm2):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("data", ["café".encode(), "東京".encode(), b"x  1.5"])
+async def test_smollm2_equals_the_oracle(hf_models, data):
+    """The real model, float64, against brute-force enumeration (tests/shared/byte_oracle.py)."""
+    from byte_oracle import ByteOracle
+
+    loaded = hf_models("smollm2")
+    model = type(loaded.model).from_pretrained(loaded.path)
+    lm = Float64TorchLM(model, loaded.tokenizer)
+    oracle = ByteOracle(lm.model, loaded.tokenizer)
+    eos_ids = [loaded.tokenizer.eos_token_id]
+    state = await ExactByteState.initial(lm, eos_byte_strings=[bytes(lm.byte_vocab[eos_ids[0]])])
+    state = await state.prefill(data)
+    got, want = (await state.logp_next()).ps, oracle.next_byte_logprobs(data, True, eos_ids)
+    likely = np.exp(want) > 1e-6
+    assert np.abs(got[likely] - want[likely]).max() < 1e-6
+    assert state.logZ == pytest.approx(oracle.log_prefix_prob(data, True, eos_ids), abs=1e-6)
+
+
+@pytest.mark.slow
 async def test_close_to_the_unpruned_beam_on_smollm2(smollm2):
     """The beam sums over every tokenization: the difference is the non-canonical mass."""
     eos = [bytes(smollm2.byte_vocab[smollm2.tokenizer.eos_token_id])]
