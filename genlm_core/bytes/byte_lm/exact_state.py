@@ -1,7 +1,7 @@
 """The pieces ``ExactByteState`` is made of: canonical contexts and masked trie states.
 
 * :class:`CanonicalTokenizedLM`: a token context over an AsyncLM that also knows its
-  canonicality (the :class:`~genlm_core.bytes.canonical.filter.Pending` end of it).
+  canonicality (the :class:`~genlm_core.bytes.canonical.pending.Pending` end of it).
 * :class:`ExactTrieState`: a :class:`LazyTrieState` whose masses count only the next
   tokens that keep the context canonical, computed in float64. Its weight is the
   log-probability of the bytes read along its context, summed over every canonical
@@ -20,7 +20,7 @@ import torch
 
 from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
 from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
-from genlm_core.bytes.canonical.filter import EMPTY, CanonicalFilter, Pending
+from genlm_core.bytes.canonical import EMPTY, CanonicalFilter, Pending
 from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
 
 __all__ = [

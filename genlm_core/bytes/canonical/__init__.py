@@ -4,6 +4,7 @@
 a token string canonical (a prefix of the tokenizer's encoding of some text).
 """
 
-from genlm_core.bytes.canonical.filter import EMPTY, CanonicalFilter, Pending
+from genlm_core.bytes.canonical.filter import CanonicalFilter
+from genlm_core.bytes.canonical.pending import EMPTY, Pending
 
 __all__ = ["EMPTY", "CanonicalFilter", "Pending"]

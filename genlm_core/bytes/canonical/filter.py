@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from genlm_core.bytes.canonical.bpe import BPEPairs
+from genlm_core.bytes.canonical.pending import EMPTY, Pending, missing_bytes
 from genlm_core.bytes.canonical.pretok import Pretokenizer
 from genlm_core.bytes.canonical.spec import read_spec
 from genlm_core.bytes.canonical.tables import (
@@ -42,38 +43,8 @@ __all__ = ["EMPTY", "MAX_DEPTH", "CanonicalFilter", "Pending"]
 
 #: How many tokens ahead a pre-token that must go on is followed (see docs/bytes.md).
 MAX_DEPTH = 3
-
-
-class Pending:
-    """The unsettled end of a context: tokens after its last settled pre-token boundary.
-
-    Args:
-        ids: Token ids after the boundary.
-        data: Their bytes.
-    """
-
-    __slots__ = ("data", "ends", "ids", "partial", "text")
-
-    def __init__(self, ids: tuple[int, ...], data: bytes, byte_vocab: list[bytes]) -> None:
-        self.ids = ids
-        self.data = data
-        ends: list[int | None] = []
-        position = 0
-        decoded = 0
-        for t in ids:
-            position += len(byte_vocab[t])
-            try:
-                decoded = len(data[:position].decode("utf-8"))
-                ends.append(decoded)
-            except UnicodeDecodeError:
-                ends.append(None)
-        self.ends = tuple(ends)
-        text, partial = _complete_prefix(data)
-        self.text = text
-        self.partial = partial
-
-    def __repr__(self) -> str:
-        return f"Pending({self.ids}, {self.data!r})"
+#: Entries kept in the per-context caches before they are emptied.
+CACHE_ENTRIES = 200_000
 
 
 class CanonicalFilter:
@@ -280,6 +251,8 @@ class CanonicalFilter:
                     closed_ok and bool(current) and self.pairs.merges_only(current),
                     tuple(current),
                 )
+        if len(self._groups) > CACHE_ENTRIES:  # bounded: pending parts only repeat locally
+            self._groups.clear()
         self._groups[key] = out
         return out
 
@@ -357,6 +330,8 @@ class CanonicalFilter:
         key = (pending.ids, pending.data, depth)  # depth-limited: the answer depends on it
         hit = self._next_cache.get(key)
         if hit is None:
+            if len(self._next_cache) > CACHE_ENTRIES:
+                self._next_cache.clear()
             hit = self._next_cache[key] = bool(self._mask(pending, depth).any())
         return hit
 
@@ -422,7 +397,7 @@ class CanonicalFilter:
 
     def _after_partial(self, pending: Pending, token: int, t: Any) -> bool:
         """``token`` after a context ending inside a character: it must continue it."""
-        need = _missing(pending.partial)
+        need = missing_bytes(pending.partial)
         if len(t.lead) < need and not t.text and not t.trail:
             # still inside the character: canonical if some token can then complete it
             if self.pairs.invalid_after(pending.ids[-1])[token]:
@@ -481,22 +456,6 @@ class CanonicalFilter:
         return ok
 
 
-def _complete_prefix(data: bytes) -> tuple[str, bytes]:
-    """``data`` decoded up to a trailing partial character, and that character's bytes."""
-    for back in range(0, min(3, len(data)) + 1):
-        try:
-            return data[: len(data) - back].decode("utf-8"), data[len(data) - back :]
-        except UnicodeDecodeError:
-            continue
-    return data.decode("utf-8", errors="replace"), b""
-
-
-def _missing(partial: bytes) -> int:
-    lead = partial[0]
-    size = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
-    return size - len(partial)
-
-
 #: One character per Unicode category the regexes commonly test, so every class exists.
 _PROBE_CHARS = list("aAzZsStTrReEvVmMlLdD09 \t\n\r\x0b\x0c'\".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`")
 _PROBE_CHARS += [
@@ -512,7 +471,3 @@ _PROBE_CHARS += [
     "\u200b",
     "\x85",
 ]
-
-
-#: The pending part of the empty context (just the start token).
-EMPTY = Pending((), b"", [])
