@@ -11,7 +11,7 @@ from session_requires import require
 
 require("genlm_hf.lm", reason="genlm-hf is not installed")
 
-from genlm_core.row_pool import RowPool  # noqa: E402
+from genlm_core.runtime import RowPool  # noqa: E402
 from genlm_hf._forward import Workspace, _logits_into, log_softmax_rows  # noqa: E402
 from genlm_hf._threads import (  # noqa: E402
     SMALL_MODEL_PARAMETERS,

@@ -39,7 +39,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
-from genlm_core.row_pool import RowPool
+from genlm_core.runtime import RowPool
 from genlm_hf._linear import ROW_BUCKETS, onednn_linear, onednn_linears
 from genlm_hf.kvcache import BATCHED_COPY_BYTES, Run
 

@@ -33,13 +33,11 @@ from typing import Any
 
 import torch
 
-from genlm_core.adapters import LoraAdapter
-from genlm_core.backend_compat import GenlmBackendCompat
+from genlm_core._validation import is_int_at_least
+from genlm_core.backend_kit import plan_groups, shared_prefixes
 from genlm_core.errors import ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, Request
-from genlm_core.model_names import resolve_model_name
-from genlm_core.prefix_batching import plan_groups, shared_prefixes
-from genlm_core.validation import is_int_at_least
+from genlm_core.lm import BatchedAsyncLM, GenlmBackendCompat, LoraAdapter, Request
+from genlm_core.loading import resolve_model_name
 from genlm_hf._forward import (
     KVLayout,
     Row,
@@ -122,7 +120,7 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, BatchedAsyncLM):
     """
 
     #: Measured: without trims, a 5,000-call sampler run on SmolLM2 kept ~100 MiB of
-    #: freed forward buffers resident above the cache budgets (genlm_core.heap).
+    #: freed forward buffers resident above the cache budgets (genlm_core.runtime.HeapTrimmer).
     trims_heap_by_default = True
 
     def __init__(

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
+from genlm_core.backend_kit import plan_groups
 from genlm_core.lm import PrefixRequest, Request
-from genlm_core.prefix_batching import plan_groups
 from genlm_hf._forward import Row, log_softmax_rows
 
 __all__ = ["PREFIX_LOGITS_BYTES", "PrefixForwards"]

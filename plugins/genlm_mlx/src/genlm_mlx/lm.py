@@ -31,13 +31,16 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from genlm_core.adapters import LoraAdapter  # noqa: E402
-from genlm_core.backend_compat import GenlmBackendCompat  # noqa: E402
+from genlm_core._validation import is_int_at_least  # noqa: E402
+from genlm_core.backend_kit import plan_groups, shared_prefixes  # noqa: E402
 from genlm_core.errors import ModelClosedError  # noqa: E402
-from genlm_core.lm import BatchedAsyncLM, Request  # noqa: E402
-from genlm_core.model_names import resolve_model_name  # noqa: E402
-from genlm_core.prefix_batching import plan_groups, shared_prefixes  # noqa: E402
-from genlm_core.validation import is_int_at_least  # noqa: E402
+from genlm_core.lm import (  # noqa: E402
+    BatchedAsyncLM,
+    GenlmBackendCompat,  # noqa: E402
+    LoraAdapter,  # noqa: E402
+    Request,
+)
+from genlm_core.loading import resolve_model_name  # noqa: E402
 from genlm_mlx import _lora  # noqa: E402
 from genlm_mlx._forward import (  # noqa: E402
     Row,

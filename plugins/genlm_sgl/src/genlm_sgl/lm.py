@@ -21,11 +21,9 @@ from typing import Any, NamedTuple
 
 import torch
 
-from genlm_core.adapters import LoraAdapter
-from genlm_core.backend_compat import GenlmBackendCompat
 from genlm_core.errors import InvalidArgumentError, ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, Request
-from genlm_core.model_names import resolve_model_name
+from genlm_core.lm import BatchedAsyncLM, GenlmBackendCompat, LoraAdapter, Request
+from genlm_core.loading import resolve_model_name
 from genlm_sgl._compat import InProcessScheduler, prepare_import
 from genlm_sgl._runner import SchedulerRunner
 from genlm_sgl.errors import EngineOutputError, ModelLoadError, UnsupportedSGLangError

@@ -17,9 +17,8 @@ from typing import Any
 
 import torch
 
-from genlm_core.adapters import LoraAdapter
-from genlm_core.lm import BatchedAsyncLM, Request
-from genlm_core.validation import is_int_at_least
+from genlm_core._validation import is_int_at_least
+from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 from genlm_sgl._http import ServerClient
 from genlm_sgl.errors import ModelLoadError, ServerError
 

@@ -22,11 +22,9 @@ from typing import Any
 
 import torch
 
-from genlm_core.adapters import LoraAdapter
-from genlm_core.backend_compat import GenlmBackendCompat
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, Request, sampling_args
-from genlm_core.model_names import resolve_model_name
+from genlm_core.lm import BatchedAsyncLM, GenlmBackendCompat, LoraAdapter, Request, sampling_args
+from genlm_core.loading import resolve_model_name
 from genlm_vllm._compat import check_version, shutdown_engine
 from genlm_vllm._engine import EngineRunner
 from genlm_vllm.errors import ModelLoadError
