@@ -1,5 +1,8 @@
 """For backend authors: what genlm-hf and genlm-mlx share, and argument checks.
 
+* :class:`PrefixCachedLM`: the base of backends that run a model in-process with a
+  prefix key/value cache; a subclass implements its forward, its key/value store and
+  its adapter activation.
 * :class:`PrefixTree`: per-adapter radix trees of token segments with LRU eviction of
   leaves, the core of a prefix key/value cache.
 * :func:`plan_groups` and :func:`shared_prefixes`: which rows of a batch share a padded
@@ -12,15 +15,31 @@ from __future__ import annotations
 
 from genlm_core._validation import is_int_at_least, is_integer
 from genlm_core.backend_kit._planning import PlannedRow, plan_groups, shared_prefixes
+from genlm_core.backend_kit._prefix_cached import (
+    DEFAULT_KV_CACHE_BYTES,
+    DEFAULT_MAX_BATCH_KV_BYTES,
+    ENGINE_BATCH_SIZE,
+    IN_PROCESS_BATCH_SIZE,
+    MIN_SHARED,
+    PrefixCachedLM,
+    max_positions_of,
+)
 from genlm_core.backend_kit._prefix_tree import PrefixCacheStats, PrefixNode, PrefixTree
 
 __all__ = [
+    "DEFAULT_KV_CACHE_BYTES",
+    "DEFAULT_MAX_BATCH_KV_BYTES",
+    "ENGINE_BATCH_SIZE",
+    "IN_PROCESS_BATCH_SIZE",
+    "MIN_SHARED",
     "PlannedRow",
+    "PrefixCachedLM",
     "PrefixCacheStats",
     "PrefixNode",
     "PrefixTree",
     "is_int_at_least",
     "is_integer",
+    "max_positions_of",
     "plan_groups",
     "shared_prefixes",
 ]

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from genlm_core.loading._load import list_backends, load_model_by_name, resolve_backend
 from genlm_core.loading._model_names import cached_snapshot, embedded_model, resolve_model_name
-from genlm_core.loading._options import accepted_options
+from genlm_core.loading._options import DTYPES, accepted_options, check_dtype
 
 __all__ = [
+    "DTYPES",
     "accepted_options",
+    "check_dtype",
     "cached_snapshot",
     "embedded_model",
     "list_backends",

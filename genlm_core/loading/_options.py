@@ -14,9 +14,9 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from genlm_core.errors import InvalidOptionError
+from genlm_core.errors import InvalidArgumentError, InvalidOptionError
 
-__all__ = ["accepted_options", "check_options", "unknown_option_error"]
+__all__ = ["DTYPES", "accepted_options", "check_dtype", "check_options", "unknown_option_error"]
 
 _KEYWORDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
@@ -98,3 +98,22 @@ def check_options(target: Callable[..., Any] | type, options: Iterable[str], who
     for option in options:
         if option not in valid:
             raise unknown_option_error(who, option, valid)
+
+
+#: What every backend's ``dtype=`` option accepts ("auto": the checkpoint's own dtype).
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_dtype(dtype: Any, backend: str) -> str:
+    """``dtype`` as one of :data:`DTYPES` (a ``torch.dtype`` is accepted by its name).
+
+    Raises:
+        InvalidArgumentError: Any other value, naming the backend and the choices.
+    """
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise InvalidArgumentError(
+            f"backend {backend!r}: dtype must be one of {', '.join(map(repr, DTYPES))}, "
+            f"got {dtype!r}"
+        )
+    return name

@@ -27,8 +27,7 @@ from collections.abc import Hashable, Sequence
 
 import mlx.core as mx
 
-from genlm_core._validation import is_int_at_least
-from genlm_core.backend_kit import PrefixCacheStats, PrefixTree
+from genlm_core.backend_kit import PrefixCacheStats, PrefixTree, is_int_at_least
 
 __all__ = ["KVCacheStats", "PrefixKVCache"]
 

@@ -31,8 +31,11 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from genlm_core._validation import is_int_at_least  # noqa: E402
-from genlm_core.backend_kit import plan_groups, shared_prefixes  # noqa: E402
+from genlm_core.backend_kit import (  # noqa: E402
+    is_int_at_least,  # noqa: E402
+    plan_groups,
+    shared_prefixes,
+)
 from genlm_core.errors import ModelClosedError  # noqa: E402
 from genlm_core.lm import (  # noqa: E402
     BatchedAsyncLM,
