@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from genlm_core.loading._load import list_backends, load_model_by_name, resolve_backend
 from genlm_core.loading._model_names import cached_snapshot, embedded_model, resolve_model_name
-from genlm_core.loading._options import DTYPES, accepted_options, check_dtype
+from genlm_core.loading._options import (
+    DTYPES,
+    accepted_options,
+    check_dtype,
+    merge_engine_options,
+)
 
 __all__ = [
     "DTYPES",
@@ -23,6 +28,7 @@ __all__ = [
     "embedded_model",
     "list_backends",
     "load_model_by_name",
+    "merge_engine_options",
     "resolve_backend",
     "resolve_model_name",
 ]

@@ -16,7 +16,14 @@ from typing import Any
 
 from genlm_core.errors import InvalidArgumentError, InvalidOptionError
 
-__all__ = ["DTYPES", "accepted_options", "check_dtype", "check_options", "unknown_option_error"]
+__all__ = [
+    "DTYPES",
+    "accepted_options",
+    "check_dtype",
+    "check_options",
+    "merge_engine_options",
+    "unknown_option_error",
+]
 
 _KEYWORDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
@@ -117,3 +124,28 @@ def check_dtype(dtype: Any, backend: str) -> str:
             f"got {dtype!r}"
         )
     return name
+
+
+def merge_engine_options(
+    engine_opts: dict[str, Any] | None, backend: str, **common: Any
+) -> dict[str, Any]:
+    """``engine_opts`` with the common options given (``dtype=``, ``revision=``), checked.
+
+    For engine backends, whose engine takes those options under the same names.
+
+    Raises:
+        InvalidArgumentError: A bad dtype, or an option given both ways with two values.
+    """
+    opts = dict(engine_opts or {})
+    for name, value in common.items():
+        if value is None:
+            continue
+        if name == "dtype":
+            value = check_dtype(value, backend)
+        if name in opts and opts[name] != value:
+            raise InvalidArgumentError(
+                f"backend {backend!r}: {name}={value!r} and engine_opts[{name!r}]="
+                f"{opts[name]!r} disagree; give one of them"
+            )
+        opts[name] = value
+    return opts

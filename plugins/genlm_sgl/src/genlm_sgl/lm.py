@@ -21,9 +21,16 @@ from typing import Any, NamedTuple
 
 import torch
 
+from genlm_core.backend_kit import ENGINE_BATCH_SIZE
 from genlm_core.errors import InvalidArgumentError, ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, GenlmBackendCompat, LoraAdapter, Request
-from genlm_core.loading import resolve_model_name
+from genlm_core.lm import (
+    DEFAULT_CACHE_BYTES,
+    BatchedAsyncLM,
+    GenlmBackendCompat,
+    LoraAdapter,
+    Request,
+)
+from genlm_core.loading import merge_engine_options, resolve_model_name
 from genlm_sgl._compat import InProcessScheduler, prepare_import
 from genlm_sgl._runner import SchedulerRunner
 from genlm_sgl.errors import EngineOutputError, ModelLoadError, UnsupportedSGLangError
@@ -114,11 +121,11 @@ class AsyncSGLTransformer(GenlmBackendCompat, BatchedAsyncLM):
         self,
         engine: Any,
         tokenizer: Any = None,
-        batch_size: int = 256,
+        batch_size: int = ENGINE_BATCH_SIZE,
         max_wait: float | None = None,
         *,
         cache_size: int = 4096,
-        cache_bytes: int | None = 256 << 20,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         owns_engine: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -140,7 +147,13 @@ class AsyncSGLTransformer(GenlmBackendCompat, BatchedAsyncLM):
 
     @classmethod
     def from_name(
-        cls, model_name: str, engine_opts: dict[str, Any] | None = None, **kwargs: Any
+        cls,
+        model_name: str,
+        engine_opts: dict[str, Any] | None = None,
+        *,
+        dtype: str | None = None,
+        revision: str | None = None,
+        **kwargs: Any,
     ) -> AsyncSGLTransformer:
         """Start an in-process SGLang scheduler for ``model_name``.
 
@@ -152,6 +165,9 @@ class AsyncSGLTransformer(GenlmBackendCompat, BatchedAsyncLM):
                 without an NVIDIA GPU); e.g. ``max_running_requests``,
                 ``chunked_prefill_size``, ``enable_lora``, ``max_lora_rank``,
                 ``lora_target_modules``, ``lora_backend``, ``tp_size``.
+            dtype: The weights' dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or
+                ``"auto"``; the engine's ``dtype`` option (float32 on a CPU by default).
+            revision: Hub revision (a branch, tag or commit); the engine's ``revision``.
             **kwargs: Passed to :class:`AsyncSGLTransformer`.
 
         Raises:
@@ -160,6 +176,7 @@ class AsyncSGLTransformer(GenlmBackendCompat, BatchedAsyncLM):
             ModelNotFoundError: No such directory, or a hub id that cannot load here.
         """
         model_name = resolve_model_name(model_name)  # fails fast, before the engine starts
+        engine_opts = merge_engine_options(engine_opts, "sgl", dtype=dtype, revision=revision)
         engine = start_engine(model_name, engine_opts)
         try:
             return cls(engine, **kwargs)

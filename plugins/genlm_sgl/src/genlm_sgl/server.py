@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from genlm_core.backend_kit import is_int_at_least
-from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
+from genlm_core.backend_kit import ENGINE_BATCH_SIZE, is_int_at_least
+from genlm_core.lm import DEFAULT_CACHE_BYTES, BatchedAsyncLM, LoraAdapter, Request
 from genlm_sgl._http import ServerClient
 from genlm_sgl.errors import ModelLoadError, ServerError
 
@@ -54,10 +54,10 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         *,
         chunk_size: int = 32,
         max_concurrency: int = 4,
-        batch_size: int = 256,
+        batch_size: int = ENGINE_BATCH_SIZE,
         max_wait: float | None = None,
         cache_size: int = 4096,
-        cache_bytes: int | None = 256 << 20,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         **kwargs: Any,
     ) -> None:
         for name, value in (("chunk_size", chunk_size), ("max_concurrency", max_concurrency)):
@@ -84,7 +84,7 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         tokenizer: Any = None,
         vocab_size: int | None = None,
         *,
-        timeout: float = 300.0,
+        http_timeout: float = 300.0,
         retries: int = 3,
         max_concurrency: int = 4,
         api_key: str | None = None,
@@ -98,7 +98,8 @@ class AsyncSGLServerLM(BatchedAsyncLM):
                 (default: the server's ``tokenizer_path``, read from ``/model_info``).
             vocab_size: Width of the model's logits (default: from the model's config
                 at that path).
-            timeout: Seconds an HTTP call may take (a cold batch on a CPU takes seconds).
+            http_timeout: Seconds an HTTP call may take (a cold batch on a CPU takes
+                seconds). Not ``timeout``, which is genlm-backend's name for ``max_wait``.
             retries: Extra attempts of a failed call (each after aborting it).
             max_concurrency: Most HTTP calls in flight (and pooled connections).
             api_key: The server's ``--api-key``, if it has one.
@@ -109,7 +110,11 @@ class AsyncSGLServerLM(BatchedAsyncLM):
             ModelLoadError: The tokenizer or the vocabulary width could not be found.
         """
         client = ServerClient(
-            url, timeout=timeout, retries=retries, max_connections=max_concurrency, api_key=api_key
+            url,
+            timeout=http_timeout,
+            retries=retries,
+            max_connections=max_concurrency,
+            api_key=api_key,
         )
         try:
             info = client.get_json("/model_info")

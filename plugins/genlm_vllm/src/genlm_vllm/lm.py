@@ -22,9 +22,17 @@ from typing import Any
 
 import torch
 
+from genlm_core.backend_kit import ENGINE_BATCH_SIZE
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, GenlmBackendCompat, LoraAdapter, Request, sampling_args
-from genlm_core.loading import resolve_model_name
+from genlm_core.lm import (
+    DEFAULT_CACHE_BYTES,
+    BatchedAsyncLM,
+    GenlmBackendCompat,
+    LoraAdapter,
+    Request,
+    sampling_args,
+)
+from genlm_core.loading import merge_engine_options, resolve_model_name
 from genlm_vllm._compat import check_version, shutdown_engine
 from genlm_vllm._engine import EngineRunner
 from genlm_vllm.errors import ModelLoadError
@@ -72,11 +80,11 @@ class AsyncVirtualLM(GenlmBackendCompat, BatchedAsyncLM):
     def __init__(
         self,
         llm: Any,
-        batch_size: int = 256,
+        batch_size: int = ENGINE_BATCH_SIZE,
         max_wait: float | None = None,
         *,
         cache_size: int = 4096,
-        cache_bytes: int | None = 256 << 20,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         owns_engine: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -109,7 +117,13 @@ class AsyncVirtualLM(GenlmBackendCompat, BatchedAsyncLM):
 
     @classmethod
     def from_name(
-        cls, model_name: str, engine_opts: dict[str, Any] | None = None, **kwargs: Any
+        cls,
+        model_name: str,
+        engine_opts: dict[str, Any] | None = None,
+        *,
+        dtype: str | None = None,
+        revision: str | None = None,
+        **kwargs: Any,
     ) -> AsyncVirtualLM:
         """Start a vLLM engine for ``model_name`` (hub id or local directory).
 
@@ -122,6 +136,9 @@ class AsyncVirtualLM(GenlmBackendCompat, BatchedAsyncLM):
                 dtype is float32 (half precision is slow and inexact on CPUs) and the
                 KV cache gets :data:`CPU_KV_CACHE_BYTES` unless ``VLLM_CPU_KVCACHE_SPACE``
                 or ``engine_opts`` size it.
+            dtype: The weights' dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or
+                ``"auto"``; the engine's ``dtype`` option (float32 on a CPU by default).
+            revision: Hub revision (a branch, tag or commit); the engine's ``revision``.
             **kwargs: Passed to :class:`AsyncVirtualLM`.
 
         Raises:
@@ -133,7 +150,7 @@ class AsyncVirtualLM(GenlmBackendCompat, BatchedAsyncLM):
 
         check_version(vllm.__version__)
         opts = dict(DEFAULT_ENGINE_OPTS)
-        engine_opts = dict(engine_opts or {})
+        engine_opts = merge_engine_options(engine_opts, "vllm", dtype=dtype, revision=revision)
         if _cpu_build():
             opts["dtype"] = "float32"
             sized = {"kv_cache_memory_bytes", "gpu_memory_utilization"} & engine_opts.keys()
