@@ -37,21 +37,11 @@ from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 __all__ = [
     "DEFAULT_KV_CACHE_BYTES",
     "DEFAULT_MAX_BATCH_KV_BYTES",
-    "ENGINE_BATCH_SIZE",
-    "IN_PROCESS_BATCH_SIZE",
     "MIN_SHARED",
     "PrefixCachedLM",
     "max_positions_of",
 ]
 
-#: Default ``batch_size`` of backends that run one padded forward per batch (hf, mlx):
-#: a batch's keys and values are assembled in memory, and past ~64 rows a CPU forward
-#: gains little per row.
-IN_PROCESS_BATCH_SIZE = 64
-#: Default ``batch_size`` of backends that hand batches to an engine with its own
-#: continuous batching (vllm, sgl): the engine splits a batch into its own steps, so
-#: larger hand-offs only save round trips.
-ENGINE_BATCH_SIZE = 256
 #: Default budget of a prefix-cached backend's keys and values (bytes).
 DEFAULT_KV_CACHE_BYTES = 1 << 30
 #: Default cap on one forward's keys and values (bytes); bigger batches are split.
@@ -99,6 +89,7 @@ class PrefixCachedLM(BatchedAsyncLM):
                 raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
         super().__init__(tokenizer, **kwargs)
         self.model = model
+        self.kv_cache_bytes = int(kv_cache_bytes)
         self.max_batch_kv_bytes = int(max_batch_kv_bytes)
         self.kv_cache: Any = None
         self.kv_reuse_off_reason = "kv_cache_bytes=0"

@@ -47,7 +47,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
 
     Args:
         tokenizer: See :class:`AsyncLMBase`.
-        batch_size: Most requests per forward pass.
+        batch_size: Most requests per batch (default :attr:`default_batch_size`).
         max_wait: Seconds a batch may wait for more callers, counted from its first
             request (default 0: dispatch as soon as the event loop has no more runnable
             callers).
@@ -66,6 +66,10 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         ValueError: An option with a bad value (named, with the value).
     """
 
+    #: ``batch_size`` when none is given: 64 for a backend that runs one padded forward
+    #: per batch (its keys and values are assembled in memory, and past ~64 rows a CPU
+    #: forward gains little per row). Engine backends set more.
+    default_batch_size: int = 64
     #: Whether models of this class trim the heap unless told otherwise: True only
     #: where it was measured to keep resident memory within the cache budgets.
     trims_heap_by_default: bool = False
@@ -74,7 +78,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         self,
         tokenizer: Any,
         *,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         max_wait: float | None = None,
         cache_size: int = 4096,
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
@@ -86,6 +90,8 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             if option not in _BASE_OPTIONS:
                 valid = accepted_options(type(self)) or sorted(_BASE_OPTIONS)
                 raise unknown_option_error(type(self).__name__, option, valid)
+        if batch_size is None:
+            batch_size = self.default_batch_size
         if not is_int_at_least(batch_size, 1):
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not is_int_at_least(cache_size, 0):

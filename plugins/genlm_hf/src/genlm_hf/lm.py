@@ -36,12 +36,11 @@ import torch
 from genlm_core.backend_kit import (
     DEFAULT_KV_CACHE_BYTES,
     DEFAULT_MAX_BATCH_KV_BYTES,
-    IN_PROCESS_BATCH_SIZE,
     PrefixCachedLM,
     is_int_at_least,
     max_positions_of,
 )
-from genlm_core.lm import DEFAULT_CACHE_BYTES, GenlmBackendCompat, LoraAdapter
+from genlm_core.lm import GenlmBackendCompat, LoraAdapter
 from genlm_core.loading import check_dtype, resolve_model_name
 from genlm_hf._forward import (
     KVLayout,
@@ -59,7 +58,6 @@ from genlm_hf.kvcache import PrefixKVCache
 from genlm_hf.prefixes import PrefixForwards
 
 __all__ = [
-    "DEFAULT_CACHE_BYTES",
     "DEFAULT_KV_CACHE_BYTES",
     "AsyncTransformer",
 ]
@@ -87,11 +85,9 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
     Args:
         hf_model: A ``transformers`` causal LM (``AutoModelForCausalLM``).
         hf_tokenizer: Its tokenizer.
-        batch_size: Most distinct requests the batcher gathers into one call.
+        batch_size: Most distinct requests per forward (default 64).
         max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
             soon as the event loop has no runnable callers left).
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
         kv_cache_bytes: Byte budget of the model's working memory beyond its weights and
             cached log-probs: the forward's reused K/V buffer and a reserve for its
             other working memory (each a quarter of the budget, 64 MiB at most; see
@@ -110,8 +106,8 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
             :mod:`genlm_hf._linear`); ``"onednn"``: the same, an error where it
             cannot run; ``"torch"``: torch's own path. GPU and half-precision models
             always use torch's. The resolved choice is :attr:`linear_kernel`.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``,
-            ``trim_heap``, or ``timeout``, genlm-backend's name for ``max_wait``).
+        **kwargs: The cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`
+            (``cache_size``, ``cache_bytes``, ``trim_heap``, ``timeout``, ...).
     """
 
     #: Measured: without trims, a 5,000-call sampler run on SmolLM2 kept ~100 MiB of
@@ -123,11 +119,9 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
         self,
         hf_model: Any,
         hf_tokenizer: Any,
-        batch_size: int = IN_PROCESS_BATCH_SIZE,
+        batch_size: int | None = None,
         max_wait: float | None = None,
         *,
-        cache_size: int = 4096,
-        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
         max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
         worker_threads: int | None = None,
@@ -151,8 +145,6 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
             max_batch_kv_bytes=max_batch_kv_bytes,
             batch_size=batch_size,
             max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
             vocab_size=width,
             **kwargs,
         )

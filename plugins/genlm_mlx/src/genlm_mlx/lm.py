@@ -31,13 +31,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from genlm_core.backend_kit import (  # noqa: E402
-    DEFAULT_KV_CACHE_BYTES,
-    DEFAULT_MAX_BATCH_KV_BYTES,
-    IN_PROCESS_BATCH_SIZE,
     PrefixCachedLM,
     max_positions_of,
 )
-from genlm_core.lm import DEFAULT_CACHE_BYTES, GenlmBackendCompat, LoraAdapter  # noqa: E402
+from genlm_core.lm import GenlmBackendCompat, LoraAdapter  # noqa: E402
 from genlm_core.loading import check_dtype, resolve_model_name  # noqa: E402
 from genlm_mlx import _lora  # noqa: E402
 from genlm_mlx._forward import Row, run_group, run_plain  # noqa: E402
@@ -46,8 +43,6 @@ from genlm_mlx._lora import Switch  # noqa: E402
 from genlm_mlx.kvcache import PrefixKVCache  # noqa: E402
 
 __all__ = [
-    "DEFAULT_CACHE_BYTES",
-    "DEFAULT_KV_CACHE_BYTES",
     "AsyncMlxLM",
     "ModelLoadError",
     "blas_status",
@@ -62,30 +57,17 @@ class AsyncMlxLM(GenlmBackendCompat, PrefixCachedLM):
     Args:
         mlx_lm_model: An mlx-lm model (``mlx_lm.utils.load_model``).
         tokenizer: Its Hugging Face tokenizer (an mlx-lm ``TokenizerWrapper`` works too).
-        batch_size: Most distinct requests the batcher gathers into one call.
-        max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
-            soon as the event loop has no runnable callers left).
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
-        kv_cache_bytes: Byte budget of cached key/value arrays. 0 disables prefix
-            reuse: every request then runs its whole prompt.
-        max_batch_kv_bytes: Cap on one forward's assembled keys/values; larger batches
-            are split into several forwards.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``,
-            or ``timeout``, genlm-backend's name for ``max_wait``).
+        **kwargs: ``batch_size`` (most distinct requests per forward, default 64),
+            ``max_wait``, ``kv_cache_bytes`` (the budget of cached key/value arrays; 0 turns
+            prefix reuse off) and ``max_batch_kv_bytes`` (see
+            :class:`~genlm_core.backend_kit.PrefixCachedLM`), and the cache and batching
+            options of :class:`~genlm_core.lm.BatchedAsyncLM`.
     """
 
     def __init__(
         self,
         mlx_lm_model: Any,
         tokenizer: Any,
-        batch_size: int = IN_PROCESS_BATCH_SIZE,
-        max_wait: float | None = None,
-        *,
-        cache_size: int = 4096,
-        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
-        kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
-        max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
         **kwargs: Any,
     ) -> None:
         if type(tokenizer).__name__ == "TokenizerWrapper":  # mlx_lm.load's wrapper
@@ -97,20 +79,14 @@ class AsyncMlxLM(GenlmBackendCompat, PrefixCachedLM):
         super().__init__(
             tokenizer,
             mlx_lm_model,
-            kv_cache_bytes=kv_cache_bytes,
-            max_batch_kv_bytes=max_batch_kv_bytes,
-            batch_size=batch_size,
-            max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
             vocab_size=_logits_width(mlx_lm_model),
             **kwargs,
         )
         self._switch = Switch()
         self.max_positions = max_positions_of(getattr(mlx_lm_model, "args", None))
-        self.kv_cache = PrefixKVCache(kv_cache_bytes)
+        self.kv_cache = PrefixKVCache(self.kv_cache_bytes)
         self._n_layers = len(getattr(mlx_lm_model, "layers", []))
-        if kv_cache_bytes > 0:
+        if self.kv_cache_bytes > 0:
             # Probed once per model object: tests and users may wrap one model many times.
             probed = getattr(mlx_lm_model, "_genlm_kv_probe", None)
             if probed is None:

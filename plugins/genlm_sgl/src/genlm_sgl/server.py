@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from genlm_core.backend_kit import ENGINE_BATCH_SIZE, is_int_at_least
-from genlm_core.lm import DEFAULT_CACHE_BYTES, BatchedAsyncLM, LoraAdapter, Request
+from genlm_core.backend_kit import is_int_at_least
+from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 from genlm_sgl._http import ServerClient
 from genlm_sgl.errors import ModelLoadError, ServerError
 
@@ -37,14 +37,13 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         vocab_size: Width of the model's logits.
         chunk_size: Most prompts per HTTP call.
         max_concurrency: Most HTTP calls in flight.
-        batch_size: Most distinct requests the batcher hands over at once.
-        max_wait: Seconds a batch may wait for more callers.
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`.
+        **kwargs: The cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`
+            (``batch_size``, default 256, ``max_wait``, ``cache_size``, ...).
     """
 
     thread_safe = True
+    #: The server batches and schedules itself: larger hand-offs only save round trips.
+    default_batch_size = 256
 
     def __init__(
         self,
@@ -54,24 +53,12 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         *,
         chunk_size: int = 32,
         max_concurrency: int = 4,
-        batch_size: int = ENGINE_BATCH_SIZE,
-        max_wait: float | None = None,
-        cache_size: int = 4096,
-        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         **kwargs: Any,
     ) -> None:
         for name, value in (("chunk_size", chunk_size), ("max_concurrency", max_concurrency)):
             if not is_int_at_least(value, 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        super().__init__(
-            tokenizer,
-            batch_size=batch_size,
-            max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
-            vocab_size=vocab_size,
-            **kwargs,
-        )
+        super().__init__(tokenizer, vocab_size=vocab_size, **kwargs)
         self.client = client
         self.url = client.url
         self.chunk_size = chunk_size
