@@ -5,8 +5,8 @@
   against that backend's, and loads the model.
 * :func:`resolve_model_name` turns an embedded model's name, a local directory or a
   hub id into what a backend loads, failing at once where that cannot work.
-* :func:`backend_options` lists the options a backend's loader takes (``genlm backends
-  --options NAME``).
+* :func:`describe_options` lists the options a backend's loader takes, with defaults
+  and descriptions (``genlm backends --options NAME``).
 """
 
 from __future__ import annotations
@@ -15,14 +15,18 @@ from genlm_core.loading._load import list_backends, load_model_by_name, resolve_
 from genlm_core.loading._model_names import cached_snapshot, embedded_model, resolve_model_name
 from genlm_core.loading._options import (
     DTYPES,
+    Option,
     accepted_options,
     check_dtype,
+    describe_options,
     merge_engine_options,
 )
 
 __all__ = [
     "DTYPES",
+    "Option",
     "accepted_options",
+    "describe_options",
     "check_dtype",
     "cached_snapshot",
     "embedded_model",

@@ -9,8 +9,10 @@ nearest match, instead of surfacing as a bare ``TypeError`` from a base class.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -18,7 +20,9 @@ from genlm_core.errors import InvalidArgumentError, InvalidOptionError
 
 __all__ = [
     "DTYPES",
+    "Option",
     "accepted_options",
+    "describe_options",
     "check_dtype",
     "check_options",
     "merge_engine_options",
@@ -149,3 +153,81 @@ def merge_engine_options(
             )
         opts[name] = value
     return opts
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One keyword option of a backend's loader.
+
+    Attributes:
+        name: Its keyword.
+        default: Its default, as written (``repr``).
+        help: The first sentence of its description in the docstring that defines it.
+        where: The function or class that takes it (``AsyncTransformer.from_name``).
+    """
+
+    name: str
+    default: str
+    help: str
+    where: str
+
+
+_ARG = re.compile(r"^(\s*)(\*{0,2}\w+)(?: \([^)]*\))?: (.*)$")
+
+
+def _arg_docs(func: Any) -> dict[str, str]:
+    """``{name: description}`` from a Google-style docstring's ``Args:`` section."""
+    lines = (inspect.getdoc(func) or "").splitlines()
+    docs: dict[str, str] = {}
+    try:
+        start = lines.index("Args:") + 1
+    except ValueError:
+        return docs
+    indent, current = None, None
+    for line in lines[start:]:
+        if line and not line[0].isspace():
+            break  # the next section
+        match = _ARG.match(line)
+        if match and (indent is None or len(match[1]) == indent):
+            indent, current = len(match[1]), match[2].lstrip("*")
+            docs[current] = match[3].strip()
+        elif current and line.strip():
+            docs[current] += " " + line.strip()
+    return docs
+
+
+def _first_sentence(text: str) -> str:
+    head = re.split(r"(?<=[.;])\s+(?=[A-Z])", text, maxsplit=1)[0]  # not at "e.g. ``x``"
+    return head.rstrip(".;")
+
+
+def describe_options(target: Callable[..., Any] | type) -> list[Option]:
+    """Every keyword option ``target`` accepts, with its default and its description.
+
+    Follows the same chain as :func:`accepted_options` (``from_name``, then each
+    ``__init__`` up the class hierarchy while ``**kwargs`` are passed on); an option
+    taken at two levels is described where it is first met.
+    """
+    chain: list[tuple[Any, str, dict[str, str]]] = []  # (function, where, its Args docs)
+    owner = target if isinstance(target, type) else getattr(target, "__self__", None)
+    if not isinstance(target, type):
+        chain.append((target, getattr(target, "__qualname__", repr(target)), _arg_docs(target)))
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is not None and klass is not object:
+                docs = {**_arg_docs(klass), **_arg_docs(init)}  # a class documents __init__
+                chain.append((init, klass.__name__, docs))
+    options: dict[str, Option] = {}
+    for func, where, docs in chain:
+        try:
+            params = list(inspect.signature(func).parameters.values())[1:]  # name or self
+        except (TypeError, ValueError):
+            continue
+        for p in params:
+            if p.kind in _KEYWORDS and p.default is not inspect.Parameter.empty:
+                help_text = _first_sentence(docs.get(p.name, ""))
+                options.setdefault(p.name, Option(p.name, repr(p.default), help_text, where))
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            break
+    return sorted(options.values(), key=lambda o: o.name)
