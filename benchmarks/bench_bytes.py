@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -54,6 +55,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore", message="Sparse")  # inside genlm-bytes
 
 import torch  # noqa: E402
+from _row_copies import rows_shared  # noqa: E402
 
 SCENARIOS = ("prefill", "greedy", "beams", "exact", "memory")
 MODEL = "smollm2-135m-instruct"
@@ -106,8 +108,9 @@ class ForwardClock:
 class Library:
     """One side of the race: its LM, its beam module, and beams built on a cached trie."""
 
-    def __init__(self, kind: str, hf_model: Any, tokenizer: Any) -> None:
+    def __init__(self, kind: str, hf_model: Any, tokenizer: Any, shared: bool = False) -> None:
         self.kind = kind
+        self.shared = shared  # rows handed out uncopied (before issue 23): times the copies
         if kind == "ref":
             import genlm.bytes as bytes_module
             from genlm.backend.llm.hf import AsyncTransformer
@@ -174,7 +177,8 @@ def race(name: str, libs: dict[str, Library], clock: ForwardClock, repeats: int,
         order = list(libs) if r % 2 == 0 else list(reversed(libs))
         for kind in order:
             libs[kind].clear()
-            result = asyncio.run(make(libs[kind]))
+            with rows_shared() if libs[kind].shared else contextlib.nullcontext():
+                result = asyncio.run(make(libs[kind]))
             seconds[kind].append(result[0])
             stats[kind].append(result[1])
             outputs[kind] = result[2] if len(result) > 2 else None
@@ -195,6 +199,12 @@ def report(label: str, units: float, med: dict[str, float], bar: float) -> float
         f"  {label}: genlm-bytes {ref:8.1f}/s, genlm_core.bytes {ours:8.1f}/s, "
         f"ratio {ratio:.1f}x (bar >= {bar:g}x: {'PASS' if ratio >= bar else 'FAIL'})"
     )
+    if "shared" in med:
+        shared = units / med["shared"]
+        print(
+            f"  copies each caller owns: {ours:.1f}/s vs {shared:.1f}/s with shared rows "
+            f"(unsafe, before issue 23): {ours / shared:.3f}x"
+        )
     return ratio
 
 
@@ -302,6 +312,7 @@ def main() -> None:
     libs = {
         "ref": Library("ref", hf_model, tokenizer),
         "ours": Library("ours", hf_model, tokenizer),
+        "shared": Library("ours", hf_model, tokenizer, shared=True),
     }
     for lib in libs.values():  # warm-up: tries, thread pools, kernels (excluded)
         asyncio.run(run_prefill(lib, clock, TEXT[:40]))

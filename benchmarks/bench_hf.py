@@ -31,7 +31,9 @@ garbage collection (otherwise a ~250 ms full collection, due to garbage one
 implementation left, can land in the other's run); runs interleave so load from
 other processes hits both alike. Medians over ``--repeats``
 and their ratios are printed. Both samplers draw from the same seeded generator, so
-they follow (nearly) the same trajectories.
+they follow (nearly) the same trajectories. ``ours, shared rows`` runs genlm-hf with the
+rows handed out uncopied (genlm-core before issue 23, unsafe for callers that mask in
+place): the ratio to it is what each caller owning its row costs.
 
 Run: ``python benchmarks/bench_hf.py`` (``--quick`` for a short run,
 ``--only sis-gpt2`` for one scenario).
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -55,6 +58,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+from _row_copies import rows_shared  # noqa: E402
 
 SCENARIOS = ("sis-smollm2", "sis-gpt2", "memory")
 PROMPTS = (
@@ -223,12 +227,20 @@ def throughput(name: str, model: str, particles: int, tokens: int, repeats: int,
     for r in range(repeats):
         steps: list[list[list[int]]] = []
         for sampler in STEPS:
-            for kind, lm in (("ours", lms["ours"]), ("ref", lms["ref"]), ("client", zero)):
+            contestants = (
+                ("ours", lms["ours"]),
+                ("ref", lms["ref"]),
+                ("client", zero),
+                ("shared", lms["ours"]),
+            )
+            for kind, lm in contestants:
                 lm.clear_cache()
                 gc.collect()  # each run pays for its own garbage, not the previous run's
                 record = steps if (kind, sampler) == ("ours", "readme") else None
+                shared = rows_shared() if kind == "shared" else contextlib.nullcontext()
                 t0 = time.perf_counter()
-                calls = asyncio.run(sis(lm, prompt, particles, tokens, r, record, sampler))
+                with shared:
+                    calls = asyncio.run(sis(lm, prompt, particles, tokens, r, record, sampler))
                 dt = time.perf_counter() - t0
                 e2e.setdefault((sampler, kind), []).append(calls / dt)
                 print(
@@ -247,6 +259,12 @@ def throughput(name: str, model: str, particles: int, tokens: int, repeats: int,
     ratios = {}
     for sampler in STEPS:
         ref, ours, client = (med[(sampler, k)] for k in ("ref", "ours", "client"))
+        shared = med[(sampler, "shared")]
+        print(
+            f"  copies each caller owns ({sampler}): genlm-hf {ours:.1f} calls/s vs "
+            f"{shared:.1f} with shared rows (unsafe, before issue 23): "
+            f"{ours / shared:.3f}x, i.e. {100 * (shared / ours - 1):+.1f}% time"
+        )
         ratios[sampler] = ours / ref
         verdict = f"bar >= {bar:g}x: {'PASS' if ours / ref >= bar else 'FAIL'}"
         print(

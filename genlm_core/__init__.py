@@ -31,7 +31,7 @@ _EXPORTS = {
     "list_backends": "genlm_core.loading",
     "resolve_backend": "genlm_core.loading",
     # machinery
-    "AutoBatcher": "genlm_core.batching",
+    "AutoBatcher": "genlm_core.runtime",
     "OutputCache": "genlm_core.cache",
     "Token": "genlm_core.tokenization",
     "decode_vocab": "genlm_core.tokenization",
@@ -40,7 +40,9 @@ _EXPORTS = {
     "AsyncTokenCharacterTrie": "genlm_core.trie",
     "TokenByteTrie": "genlm_core.trie",
     "ParallelTokenCharacterTrie": "genlm_core.trie",
-    # genlm-backend's top-level model classes, from their plugins (genlm_core.llm)
+    # genlm-backend's top-level model classes, from their plugins (genlm_core.llm): the
+    # class, or a placeholder that raises the install command when used. Importable by
+    # name, but not in __all__: `from genlm_core import *` imports no plugin.
     "AsyncTransformer": "genlm_core.llm",
     "AsyncVirtualLM": "genlm_core.llm",
     # errors
@@ -64,8 +66,6 @@ __all__ = [
     "AsyncLM",
     "AsyncLMBase",
     "AsyncTokenCharacterTrie",
-    "AsyncTransformer",
-    "AsyncVirtualLM",
     "AutoBatcher",
     "BackendContractError",
     "BackendUnavailableError",
@@ -101,7 +101,6 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from genlm_core.batching import AutoBatcher
     from genlm_core.cache import OutputCache
     from genlm_core.errors import (
         BackendContractError,
@@ -119,9 +118,10 @@ if TYPE_CHECKING:  # pragma: no cover
         UnknownLoraError,
         UnsupportedTokenizerError,
     )
-    from genlm_core.llm import AsyncTransformer, AsyncVirtualLM
+    from genlm_core.llm import AsyncTransformer, AsyncVirtualLM  # noqa: F401 - not in __all__
     from genlm_core.lm import AsyncLM, AsyncLMBase, BatchedAsyncLM, PrefixRequest, Request
     from genlm_core.loading import list_backends, load_model_by_name, resolve_backend
+    from genlm_core.runtime import AutoBatcher
     from genlm_core.testing.mock import MockAsyncLM
     from genlm_core.tokenization import Token, decode_vocab
     from genlm_core.trie import (

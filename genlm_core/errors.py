@@ -18,7 +18,9 @@ __all__ = [
     "DuplicateBackendError",
     "GenlmError",
     "InvalidArgumentError",
+    "InvalidOptionError",
     "InvalidTokenIdsError",
+    "LoraNotSupportedError",
     "ModelClosedError",
     "ModelNotFoundError",
     "NoBackendAvailableError",
@@ -95,6 +97,17 @@ class ModelNotFoundError(GenlmError, OSError):
 
 class InvalidArgumentError(GenlmError, ValueError):
     """An argument has a value the function does not accept (the message names it)."""
+
+
+class InvalidOptionError(GenlmError, TypeError):
+    """A model was given a keyword option it does not have (the message lists the valid ones).
+
+    A ``TypeError``, which is what Python raises for an unexpected keyword argument.
+    """
+
+
+class LoraNotSupportedError(GenlmError, NotImplementedError):
+    """``add_new_lora`` on a backend that cannot load LoRA adapters."""
 
 
 class InvalidTokenIdsError(GenlmError, ValueError):

@@ -8,6 +8,10 @@
     Comma-separated deny-list, same matching; applied after the allow-list.
 ``GENLM_BACKEND``
     Backend used by ``load_model_by_name`` when the caller names none.
+``GENLM_TRIM_HEAP``
+    ``1``/``0`` (also ``true``/``false``, ``on``/``off``, ``yes``/``no``): whether models
+    return freed heap memory to the OS after batches, over each backend's default
+    (see genlm_core.runtime.HeapTrimmer); a model's ``trim_heap=`` option wins over it.
 
 (``GENLM_ASSETS_DIR``, the test-asset cache, is read by :mod:`genlm_core.assets`.)
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["default_backend", "plugin_allow_list", "plugin_deny_list"]
+__all__ = ["default_backend", "plugin_allow_list", "plugin_deny_list", "trim_heap"]
 
 
 def _split(value: str) -> frozenset[str]:
@@ -58,3 +62,26 @@ def plugin_selected(*names: str | None) -> tuple[bool, str]:
     if keys & plugin_deny_list():
         return False, "listed in GENLM_DISABLE_PLUGINS"
     return True, ""
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def trim_heap() -> bool | None:
+    """``GENLM_TRIM_HEAP`` as a bool, or None when unset (or empty).
+
+    Raises:
+        ValueError: The value is not one of the spellings of yes or no.
+    """
+    value = os.environ.get("GENLM_TRIM_HEAP", "").strip().lower()
+    if not value:
+        return None
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(
+        f"GENLM_TRIM_HEAP={os.environ['GENLM_TRIM_HEAP']!r} is neither on nor off; set it "
+        f"to 1 or 0 (or unset it for each backend's default)"
+    )

@@ -5,7 +5,8 @@ Only spec strings here: nothing is imported until a trie is built.
 
 from __future__ import annotations
 
-from genlm_core.plugins import Availability, TrieSpec, has_nvidia_gpu, hookimpl, module_available
+from genlm_core.plugins import Availability, TrieSpec, hookimpl, module_available
+from genlm_core.plugins.probes import nvidia_gpu_count
 
 
 def _numba_available() -> Availability:
@@ -15,8 +16,9 @@ def _numba_available() -> Availability:
 
 
 def _cuda_available() -> Availability:
-    if not has_nvidia_gpu():
-        return Availability.no("requires an NVIDIA GPU (NVML found none)")
+    gpus, why = nvidia_gpu_count()
+    if not gpus:
+        return Availability.no(f"requires an NVIDIA GPU: {why}")
     if not module_available("torch"):
         return Availability.no("requires torch with CUDA: pip install torch")
     return Availability.yes("CUDA")

@@ -42,6 +42,7 @@ from genlm_core.bytes.errors import (
     InvalidByteError,
     InvalidByteProbsError,
     MissingStartTokenError,
+    NaNLogProbError,
     NotMaterializedError,
 )
 from genlm_core.bytes.likelihood import TextLikelihood, log_likelihood
@@ -65,6 +66,7 @@ __all__ = [
     "LazyByteProbs",
     "LazyTrieState",
     "MissingStartTokenError",
+    "NaNLogProbError",
     "NotMaterializedError",
     "StatefulTokenizedLM",
     "TokenByteTrie",

@@ -16,6 +16,7 @@ __all__ = [
     "InvalidByteError",
     "InvalidByteProbsError",
     "MissingStartTokenError",
+    "NaNLogProbError",
     "NotMaterializedError",
 ]
 
@@ -57,4 +58,12 @@ class CanonicalityUnsupportedError(UnsupportedTokenizerError):
 
     Raised for tokenizers that are not byte-level BPE (SentencePiece, Unigram, byte
     fallback) or whose normalizer or pre-tokenizer canonicality cannot be read from.
+    """
+
+
+class NaNLogProbError(GenlmError, ValueError):
+    """A log-probability (or beam weight) to normalise is NaN.
+
+    genlm-bytes drops NaN in ``logsumexp``, which silently renormalises the rest; a
+    NaN means a model or a computation upstream went wrong, so it is raised instead.
     """

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from genlm_core.bytes.errors import InvalidByteError, InvalidByteProbsError
+from genlm_core.bytes.errors import InvalidByteError, InvalidByteProbsError, NaNLogProbError
 
 __all__ = ["EOS", "EOT", "LazyByteProbs", "logsumexp"]
 
@@ -83,10 +83,28 @@ def _special(x: Any) -> str:
 
 
 def logsumexp(arr: Iterable[float]) -> float:
-    """``log(sum(exp(arr)))`` without overflow, in float64; ``-inf`` for an empty input."""
+    """``log(sum(exp(arr)))`` without overflow, in float64; ``-inf`` for an empty input.
+
+    Raises:
+        NaNLogProbError: An entry is NaN (genlm-bytes dropped it, renormalising the rest).
+    """
     a = np.asarray(arr, dtype=np.float64)
+    reject_nan(a, "logsumexp")
     a = a[a > -np.inf]
     if a.size == 0:
         return -np.inf
     m = a.max()
     return float(np.log(np.exp(a - m).sum()) + m)
+
+
+def reject_nan(values: np.ndarray, where: str) -> None:
+    """Raise :class:`NaNLogProbError` naming the first NaN entry of ``values``, if any."""
+    nan = np.flatnonzero(np.isnan(values))
+    if nan.size:
+        raise NaNLogProbError(
+            f"{where}: {nan.size} of {values.size} log-probabilities are NaN (first at "
+            f"index {int(nan[0])}); a NaN cannot be normalised, and dropping it would "
+            f"silently renormalise the rest. Find where it came from: the model's "
+            f"log-probabilities (e.g. overflowing half-precision logits) or a weight "
+            f"computed as inf - inf"
+        )

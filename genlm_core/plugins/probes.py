@@ -1,7 +1,12 @@
 """Cheap hardware and package probes for availability checks.
 
 None of these import an engine or initialise CUDA: ``has_nvidia_gpu`` asks the
-NVIDIA driver (NVML) directly through ctypes, the way ``nvidia-smi`` does.
+NVIDIA driver (NVML) directly through ctypes, the way ``nvidia-smi`` does, and then
+applies ``CUDA_VISIBLE_DEVICES`` the way CUDA does, so the answer is the number of
+GPUs an engine started in this process would see.
+
+This module imports only the standard library, so tools without genlm-core installed
+(the noxfile) can load it by path.
 """
 
 from __future__ import annotations
@@ -9,14 +14,71 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import os
 import platform
 
-__all__ = ["has_nvidia_gpu", "is_apple_silicon", "module_available", "nvidia_gpu_count"]
+__all__ = [
+    "VISIBLE_DEVICES",
+    "has_nvidia_gpu",
+    "is_apple_silicon",
+    "module_available",
+    "nvidia_gpu_count",
+    "visible_gpu_count",
+]
+
+#: The variable CUDA reads to choose the GPUs a process sees.
+VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+
+
+def nvidia_gpu_count() -> tuple[int, str]:
+    """Number of NVIDIA GPUs this process can use, and a reason when it is 0.
+
+    The driver's count, as ``CUDA_VISIBLE_DEVICES`` (read on every call) restricts it:
+    ``""`` or ``"-1"`` hide every GPU, and that is the reason given.
+    """
+    visible = os.environ.get(VISIBLE_DEVICES)
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0, f"{VISIBLE_DEVICES}={visible!r} hides every GPU"
+    count, reason = driver_gpu_count()
+    if not count:
+        return 0, reason
+    return visible_gpu_count(count, visible)
+
+
+def visible_gpu_count(driver_count: int, visible: str | None) -> tuple[int, str]:
+    """How many of ``driver_count`` GPUs ``CUDA_VISIBLE_DEVICES=visible`` leaves, and why 0.
+
+    As CUDA reads it: a comma-separated list of indices or ``GPU-``/``MIG-`` UUIDs, cut
+    at the first entry that is not one (``-1``, an index out of range, a repeat).
+    UUIDs are taken to name a present GPU (checking them needs more than a count).
+    """
+    if visible is None:
+        return driver_count, ""
+    seen: list[str] = []
+    for item in (i.strip() for i in visible.split(",")):
+        if item.isdigit():
+            if int(item) >= driver_count:
+                break
+        elif not item.startswith(("GPU-", "MIG-")):
+            break
+        if item in seen:
+            break
+        seen.append(item)
+    count = min(len(seen), driver_count)
+    if count:
+        return count, ""
+    return 0, (
+        f"{VISIBLE_DEVICES}={visible!r} names none of the {driver_count} GPU"
+        f"{'s' if driver_count != 1 else ''} the NVIDIA driver reports"
+    )
 
 
 @functools.cache
-def nvidia_gpu_count() -> tuple[int, str]:
-    """Number of NVIDIA GPUs the driver reports, and a reason when it is 0."""
+def driver_gpu_count() -> tuple[int, str]:
+    """Number of NVIDIA GPUs the driver reports (all of them), and a reason when it is 0.
+
+    Cached: the driver's answer does not change while the process runs.
+    """
     for lib in ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll"):
         try:
             nvml = ctypes.CDLL(lib)
@@ -39,7 +101,7 @@ def nvidia_gpu_count() -> tuple[int, str]:
 
 
 def has_nvidia_gpu() -> bool:
-    """True when NVML reports at least one NVIDIA GPU."""
+    """True when this process can use an NVIDIA GPU (see :func:`nvidia_gpu_count`)."""
     return nvidia_gpu_count()[0] > 0
 
 

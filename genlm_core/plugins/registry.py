@@ -3,14 +3,19 @@
 A registry asks the plugin manager afresh on every query (calling the register
 hooks is cheap), so plugins registered later, e.g. in a test, are seen at once.
 Each plugin's register hook runs on its own: one that raises is recorded broken and
-the others still count.
+the others still count. Hook implementations are called the way pluggy calls them,
+with the arguments each declares (a hookimpl may declare fewer than the hookspec), so
+a plugin that works under ``pm.hook.genlm_register_backends(register=...)`` works here.
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+import pluggy
 
 from genlm_core.errors import (
     BackendContractError,
@@ -22,9 +27,31 @@ from genlm_core.plugins import official
 from genlm_core.plugins.manager import BrokenPlugin, GenlmPluginManager
 from genlm_core.plugins.specs import Availability, BackendSpec, TrieSpec
 
-__all__ = ["BackendRegistry", "Registered", "TrieRegistry"]
+__all__ = ["BackendRegistry", "Registered", "TrieRegistry", "call_hookimpl"]
 
 S = TypeVar("S", BackendSpec, TrieSpec)
+log = logging.getLogger(__name__)
+
+
+def call_hookimpl(impl: pluggy.HookImpl, hook_name: str, **kwargs: Any) -> Any:
+    """Call one hook implementation as pluggy does: with the arguments it declares.
+
+    Args:
+        impl: The implementation (from ``hook.get_hookimpls()``).
+        hook_name: The hook's name, for the error message.
+        **kwargs: Every argument the hookspec defines.
+
+    Raises:
+        BackendContractError: ``impl`` is a hook wrapper, which these hooks do not
+            support (it would register or select nothing, silently).
+    """
+    if impl.hookwrapper or impl.wrapper:
+        raise BackendContractError(
+            f"{hook_name} of plugin {impl.plugin_name!r} is a hook wrapper; genlm calls "
+            f"each implementation of {hook_name} on its own, so declare it without "
+            f"wrapper=True / hookwrapper=True"
+        )
+    return impl.function(*(kwargs[name] for name in impl.argnames))
 
 
 @dataclass(frozen=True)
@@ -58,6 +85,11 @@ class Registered(Generic[S]):
             "available": avail.ok,
             "reason": avail.reason,
             "description": self.spec.description,
+            **(
+                {"install_hint": self.spec.install_hint}
+                if isinstance(self.spec, BackendSpec)
+                else {}
+            ),
         }
 
 
@@ -80,7 +112,7 @@ class _Registry(Generic[S]):
             origin = pm.origin(impl.plugin_name)
             specs: list[object] = []
             try:
-                impl.function(register=specs.append)
+                call_hookimpl(impl, self.hook_name, register=specs.append)
                 for spec in specs:
                     if not isinstance(spec, self.spec_type):
                         raise BackendContractError(
@@ -237,6 +269,41 @@ class BackendRegistry(_Registry[BackendSpec]):
 
     def _known(self, unique: dict[str, Registered[BackendSpec]]) -> list[str]:
         return [*unique, *(b.name for b in official.OFFICIAL_BACKENDS if b.name not in unique)]
+
+    def select(self, model_name: str, candidates: list[str]) -> str | None:
+        """The first non-None answer of the ``genlm_select_backend`` hooks, in pluggy's order.
+
+        Each implementation runs on its own: one that raises (or answers something other
+        than a backend name or None) is recorded as a broken plugin, logged, and
+        skipped, so a faulty site hook never fails every automatic load.
+
+        Args:
+            model_name: The model the user asked for.
+            candidates: Names of the available automatic backends, best first.
+
+        Returns:
+            The chosen backend name, or None to keep the default choice.
+        """
+        hook_name = "genlm_select_backend"
+        pm = self.plugin_manager
+        # pluggy calls the last registered (and tryfirst) implementations first.
+        for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
+            try:
+                choice = call_hookimpl(
+                    impl, hook_name, model_name=model_name, candidates=list(candidates)
+                )
+                if choice is not None and not isinstance(choice, str):
+                    raise BackendContractError(
+                        f"{hook_name} of plugin {impl.plugin_name!r} returned {choice!r}; "
+                        f"expected a backend name (str) or None"
+                    )
+            except Exception as exc:
+                log.warning("ignoring %s of plugin %r: %r", hook_name, impl.plugin_name, exc)
+                pm.record_broken(impl.plugin_name, hook_name, exc)
+                continue
+            if choice is not None:
+                return choice
+        return None
 
 
 class TrieRegistry(_Registry[TrieSpec]):

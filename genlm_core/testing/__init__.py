@@ -2,7 +2,8 @@
 
 * :class:`MockAsyncLM`: deterministic offline model (also the ``mock`` backend).
 * :func:`ByteTokenizer`: a real 257-token byte-level tokenizer built in memory.
-* :class:`AsyncLMConformance`: the standard test suite every backend subclasses.
+* :class:`AsyncLMConformance`: the standard test suite every backend subclasses;
+  :class:`LoraConformance`: the suite for backends that load LoRA adapters.
 * ``genlm_core.testing.pytest_plugin``: markers and fixtures; opt in with
   ``pytest_plugins = ["genlm_core.testing.pytest_plugin"]`` in a root conftest.
 * ``genlm_core.assets``: registry-sourced tokenizers and tiny models.
@@ -18,6 +19,7 @@ _EXPORTS = {
     "MockAsyncLM": "genlm_core.testing.mock",
     "ByteTokenizer": "genlm_core.testing.byte_tokenizer",
     "AsyncLMConformance": "genlm_core.testing.conformance",
+    "LoraConformance": "genlm_core.testing.conformance",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,8 +1,8 @@
 """MockAsyncLM: a deterministic, offline language model over any real tokenizer.
 
-Its next-token distribution is a pseudo-random function of the prompt (and the LoRA
-adapter name), so results are reproducible across calls, processes and batch
-shapes, while every request still goes through the real AutoBatcher and
+Its next-token distribution is a pseudo-random function of the prompt (and of the
+LoRA adapter's content), so results are reproducible across calls, processes and
+batch shapes, while every request still goes through the real AutoBatcher and
 OutputCache. Core tests and the conformance suite use it; it is also the built-in
 ``mock`` backend (never chosen automatically).
 """
@@ -10,7 +10,6 @@ OutputCache. Core tests and the conformance suite use it; it is also the built-i
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 
 from genlm_core.errors import GenlmError
-from genlm_core.lm import BatchedAsyncLM, Request
+from genlm_core.lm import BatchedAsyncLM, GenlmBackendCompat, LoraAdapter, Request
 
 __all__ = ["MockAsyncLM"]
 
@@ -37,7 +36,7 @@ ASSET_ALIASES = {
 }
 
 
-class MockAsyncLM(BatchedAsyncLM):
+class MockAsyncLM(GenlmBackendCompat, BatchedAsyncLM):
     """A deterministic stand-in for a real model, batched like one.
 
     Args:
@@ -71,24 +70,36 @@ class MockAsyncLM(BatchedAsyncLM):
         n = len(self.byte_vocab)
         rows = np.empty((len(requests), n), dtype=np.float32)
         for i, req in enumerate(requests):
-            rng = np.random.default_rng(_seed(req))
+            rng = np.random.default_rng(_seed(req, self.adapter_handle(req)))
             rows[i] = rng.standard_normal(n, dtype=np.float32) / self.temperature
         logprobs = torch.log_softmax(torch.from_numpy(rows), dim=-1)
         return self.row_pool.copy_rows(logprobs)  # one row each, in recycled memory
 
-    def add_new_lora(self, lora_path: str, lora_name: str) -> None:
-        """Register a fake adapter: it perturbs the distribution deterministically by name."""
-        if not isinstance(lora_name, str) or not lora_name:
-            raise ValueError(f"lora_name must be a non-empty string, got {lora_name!r}")
-        self._check_open()
-        self._loras[lora_name] = os.fspath(lora_path)
-        self.clear_cache()
+    def load_adapter(self, adapter: LoraAdapter) -> bytes:
+        """A fake adapter: its file's bytes (or a folder's files) perturb the distribution.
+
+        Two versions of an adapter (files with other content) give other rows, as real
+        adapters would.
+
+        Raises:
+            FileNotFoundError: No file or folder at ``adapter.path``.
+        """
+        path = Path(adapter.path)
+        if path.is_file():
+            return path.read_bytes()
+        if path.is_dir():
+            files = sorted(f for f in path.rglob("*") if f.is_file())
+            return b"".join(f.name.encode() + b"\0" + f.read_bytes() for f in files)
+        raise FileNotFoundError(
+            f"mock LoRA adapter {adapter.name!r}: no file or folder at {adapter.path!r}; pass "
+            f"an existing path (its bytes stand for the adapter's weights)"
+        )
 
 
-def _seed(req: Request) -> int:
+def _seed(req: Request, adapter: bytes | None) -> int:
     digest = hashlib.blake2b(struct.pack(f"<{len(req.token_ids)}q", *req.token_ids), digest_size=8)
-    if req.lora_name is not None:
-        digest.update(b"\0lora\0" + req.lora_name.encode())
+    if adapter is not None:
+        digest.update(b"\0lora\0" + adapter)
     return int.from_bytes(digest.digest(), "little")
 
 
@@ -106,9 +117,13 @@ def _load_tokenizer(model_name: str) -> Any:
         from genlm_core.assets import tokenizer_dir
 
         return AutoTokenizer.from_pretrained(tokenizer_dir(ASSET_ALIASES[model_name]))
-    from genlm_core.model_names import resolve_model_name
+    from genlm_core.loading import cached_snapshot, resolve_model_name
 
     name = resolve_model_name(model_name)  # an embedded model; no such directory; hub checks
+    if not Path(name).is_dir():
+        # A cached hub id loads from its snapshot: offline, AutoTokenizer asks the hub
+        # cache for config.json, which a tokenizer-only repository lacks.
+        name = cached_snapshot(name) or name
     try:
         return AutoTokenizer.from_pretrained(name)
     except Exception as exc:

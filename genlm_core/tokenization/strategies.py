@@ -179,10 +179,11 @@ def _layout(
 
 def _unsupported(tokenizer: Any, what: str) -> UnsupportedTokenizerError:
     return UnsupportedTokenizerError(
-        f"cannot decode the vocabulary of tokenizer {tokenizer_name(tokenizer)!r} to exact byte "
-        f"strings: {what}. {_SUPPORTED}. Use a model whose tokenizer is one of these, or, "
-        "if you know each token's exact bytes, pass (byte_vocab, str_vocab) to the model "
-        "as byte_vocab=."
+        # genlm-backend's words first: clients match them (genlm-control's tests do).
+        f"Could not decode byte representation of the vocabulary of tokenizer "
+        f"{tokenizer_name(tokenizer)!r} (exact byte strings are needed): {what}. "
+        f"{_SUPPORTED}. Use a model whose tokenizer is one of these, or, if you know each "
+        "token's exact bytes, pass (byte_vocab, str_vocab) to the model as byte_vocab=."
     )
 
 

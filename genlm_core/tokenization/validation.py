@@ -81,12 +81,12 @@ def _check_encoding(
     expected = PROBE_TEXT.encode()
     if ours not in (expected, b" " + expected):
         raise UnsupportedTokenizerError(
-            f"the byte strings decoded from tokenizer {tokenizer_name!r} ({how}) do not "
-            f"round-trip: encoding {PROBE_TEXT!r} gives ids {list(ids)} whose bytes join to "
-            f"{ours!r}. The tokenizer's vocabulary is not spelled the way this strategy "
-            "assumes. Please report it with the tokenizer's name; meanwhile, if you know "
-            "each token's exact bytes, pass (byte_vocab, str_vocab) to the model as "
-            "byte_vocab=."
+            f"Could not decode byte representation of tokenizer {tokenizer_name!r}: the byte "
+            f"strings decoded ({how}) do not round-trip: encoding {PROBE_TEXT!r} gives ids "
+            f"{list(ids)} whose bytes join to {ours!r}. The tokenizer's vocabulary is not "
+            "spelled the way this strategy assumes. Please report it with the tokenizer's "
+            "name; meanwhile, if you know each token's exact bytes, pass (byte_vocab, "
+            "str_vocab) to the model as byte_vocab=."
         )
 
 
@@ -140,10 +140,11 @@ def check_round_trip(
             ok = got == head + text or (anchor is None and text[:1] == " " and got == text[1:])
         if not ok:
             raise UnsupportedTokenizerError(
-                f"the byte strings decoded from tokenizer {tokenizer_name!r} ({how}) do not "
-                f"round-trip: token ids {ids} join to {ours!r}, but the tokenizer decodes "
-                f"them (after anchor {prefix}) to {got!r} (anchor alone: {head!r}). The "
-                "tokenizer's decoder does something this strategy does not model. Please "
-                "report it with the tokenizer's name; meanwhile, if you know each token's "
-                "exact bytes, pass (byte_vocab, str_vocab) to the model as byte_vocab=."
+                f"Could not decode byte representation of tokenizer {tokenizer_name!r}: the "
+                f"byte strings decoded ({how}) do not round-trip: token ids {ids} join to "
+                f"{ours!r}, but the tokenizer decodes them (after anchor {prefix}) to {got!r} "
+                f"(anchor alone: {head!r}). The tokenizer's decoder does something this "
+                "strategy does not model. Please report it with the tokenizer's name; "
+                "meanwhile, if you know each token's exact bytes, pass (byte_vocab, "
+                "str_vocab) to the model as byte_vocab=."
             )

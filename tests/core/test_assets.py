@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from session_requires import require
 
 from genlm_core import assets
 from genlm_core.assets._convert.recipes import MODELS, TOKENIZERS
@@ -127,7 +128,7 @@ def test_cached_assets_load_offline_with_no_registry(tmp_path):
 @pytest.mark.parametrize("name", RANK_TABLES)
 def test_converted_rank_table_encodes_like_tiktoken(name, tokenizer_of):
     """The HF merges reproduce tiktoken's rank-ordered BPE on the same rank table."""
-    tiktoken = pytest.importorskip("tiktoken")
+    tiktoken = require("tiktoken")
     path = assets.tokenizer_dir(name)
     tok = tokenizer_of(name)
     spec = json.loads((path / "tokenizer.json").read_text())

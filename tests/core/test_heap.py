@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from genlm_core import heap
-from genlm_core.heap import HeapTrimmer, trim_heap
+from genlm_core.runtime import HeapTrimmer, trim_heap
+from genlm_core.runtime import _heap as heap
 
 GLIBC = heap._MALLOC_TRIM is not None
 
@@ -48,3 +48,49 @@ def test_bad_interval_names_the_value(bad):
     message = rf"interval must be a number of seconds >= 0, got {bad!r}"
     with pytest.raises(ValueError, match=message):
         HeapTrimmer(interval=bad)
+
+
+def test_one_trimmer_for_the_whole_process(monkeypatch):
+    from genlm_core.testing import ByteTokenizer, MockAsyncLM
+
+    monkeypatch.delenv("GENLM_TRIM_HEAP", raising=False)
+    tokenizer = ByteTokenizer()
+    with MockAsyncLM(tokenizer, trim_heap=True) as a, MockAsyncLM(tokenizer, trim_heap=True) as b:
+        assert a.heap_trimmer is b.heap_trimmer is heap.process_trimmer()
+
+
+@pytest.mark.parametrize(
+    "env, option, expected",
+    [
+        (None, None, False),  # the mock: no measured benefit, so off by default
+        ("1", None, True),
+        ("0", True, True),  # the constructor wins over the environment
+        (None, False, False),
+        ("off", None, False),
+    ],
+)
+def test_the_switch(monkeypatch, env, option, expected):
+    from genlm_core.testing import ByteTokenizer, MockAsyncLM
+
+    if env is None:
+        monkeypatch.delenv("GENLM_TRIM_HEAP", raising=False)
+    else:
+        monkeypatch.setenv("GENLM_TRIM_HEAP", env)
+    with MockAsyncLM(ByteTokenizer(), trim_heap=option) as lm:
+        assert lm.trims_heap is expected
+
+
+def test_a_bad_environment_value_names_it(monkeypatch):
+    from genlm_core.testing import ByteTokenizer, MockAsyncLM
+
+    monkeypatch.setenv("GENLM_TRIM_HEAP", "maybe")
+    with pytest.raises(ValueError, match="GENLM_TRIM_HEAP='maybe'"):
+        MockAsyncLM(ByteTokenizer())
+
+
+def test_a_model_that_does_not_trim_never_trims(monkeypatch):
+    from genlm_core.testing import ByteTokenizer, MockAsyncLM
+
+    monkeypatch.setattr(heap, "trim_heap", lambda: pytest.fail("trimmed though switched off"))
+    with MockAsyncLM(ByteTokenizer(), trim_heap=False) as lm:
+        lm.batch_next_token_logprobs_sync([[1], [2]])

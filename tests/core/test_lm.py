@@ -36,7 +36,8 @@ def lm(tokenizer):
 async def test_identical_concurrent_requests_are_computed_once(lm):
     outs = await asyncio.gather(*(lm.next_token_logprobs([1, 2, 3]) for _ in range(10)))
     assert lm.batches == [1]
-    assert all(torch.equal(o, outs[0]) for o in outs)
+    assert all(torch.equal(o, outs[0]) for o in outs)  # one computation...
+    assert len({o.data_ptr() for o in outs}) == 10  # ...and each caller its own row
 
 
 async def test_concurrent_requests_share_one_batch(lm):
@@ -54,6 +55,7 @@ async def test_cache_serves_repeats_without_compute(lm):
     a = await lm.next_token_logprobs([5, 6])
     b = await lm.next_token_logprobs([5, 6])
     assert torch.equal(a, b) and lm.batches == [1]
+    assert a.data_ptr() != b.data_ptr()  # the hit is a copy: masking it changes nothing else
     lm.clear_cache()
     await lm.next_token_logprobs([5, 6])
     assert lm.batches == [1, 1]
@@ -72,10 +74,11 @@ async def test_empty_batch(lm):
     assert lm.batch_next_token_logprobs_sync([]).shape == (0, 257)
 
 
-async def test_lora_is_per_request(lm):
+async def test_lora_is_per_request(lm, tmp_path):
     with pytest.raises(UnknownLoraError, match="'style'"):
         await lm.next_token_logprobs([1], lora_name="style")
-    lm.add_new_lora("/adapters/style", "style")
+    (tmp_path / "style").write_bytes(b"style adapter")
+    lm.add_new_lora(tmp_path / "style", "style")
     base, styled = await asyncio.gather(
         lm.next_token_logprobs([1]), lm.next_token_logprobs([1], lora_name="style")
     )

@@ -5,6 +5,9 @@ that answers is a local HTTP server.
 """
 
 import http.server
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +17,7 @@ from huggingface_hub import constants
 
 from genlm_core import assets
 from genlm_core.errors import InvalidArgumentError, ModelNotFoundError
-from genlm_core.model_names import resolve_model_name
+from genlm_core.loading import resolve_model_name
 
 FAST_S = 5.0  # the hub client's retries took ~54 s before
 
@@ -87,6 +90,54 @@ def test_cached_hub_id_needs_no_hub(online, monkeypatch):
     (root / "refs").mkdir()
     (root / "refs" / "main").write_text(commit)
     assert resolve_model_name(repo) == repo
+
+
+def _cache(repo, files):
+    """Put ``files`` ({name: path of the content}) in the Hugging Face cache as ``repo``."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    root = Path(constants.HF_HUB_CACHE) / ("models--" + repo.replace("/", "--"))
+    snapshot = root / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for name, source in files.items():
+        (snapshot / name).write_bytes(Path(source).read_bytes())
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(commit)
+
+
+def test_cached_tokenizer_only_repository_needs_no_hub(online, monkeypatch):
+    """A repository without config.json (only a tokenizer) is cached all the same."""
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens
+    tokenizer = assets.tokenizer_dir("gpt2-npm")
+    _cache(
+        "acme/tokenizer-only",
+        {f: tokenizer / f for f in ("tokenizer.json", "tokenizer_config.json")},
+    )
+    assert resolve_model_name("acme/tokenizer-only") == "acme/tokenizer-only"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert resolve_model_name("acme/tokenizer-only") == "acme/tokenizer-only"
+
+
+def test_mock_backend_loads_a_cached_tokenizer_only_repository_offline(tmp_path):
+    """As a user runs it: HF_HUB_CACHE and HF_HUB_OFFLINE in the environment, no hub."""
+    tokenizer = assets.tokenizer_dir("gpt2-npm")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    root = tmp_path / "models--acme--tokenizer-only"
+    (root / "snapshots" / commit).mkdir(parents=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # no config.json
+        (root / "snapshots" / commit / name).write_bytes((tokenizer / name).read_bytes())
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(commit)
+    code = (
+        "from genlm_core import load_model_by_name\n"
+        "lm = load_model_by_name('acme/tokenizer-only', backend='mock')\n"
+        "print(len(lm.byte_vocab), lm.byte_vocab[50256].byte_string)\n"
+        "lm.cleanup()\n"
+    )
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["50257", "b'<|endoftext|>'"]
 
 
 class _Hub(http.server.BaseHTTPRequestHandler):

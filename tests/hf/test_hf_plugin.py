@@ -7,20 +7,21 @@ import subprocess
 import sys
 
 import pytest
+from session_requires import require
 
-genlm_hf = pytest.importorskip(
-    "genlm_hf", reason="genlm-hf is not installed (nox -s hf installs it)"
-)
+genlm_hf = require("genlm_hf", reason="genlm-hf is not installed (nox -s hf installs it)")
 
 from genlm_core import BackendUnavailableError, load_model_by_name  # noqa: E402
-from genlm_core.plugins import module_available  # noqa: E402
+from genlm_core.plugins import module_available, official  # noqa: E402
 from genlm_hf import _plugin  # noqa: E402
 
 DEV_REASON = "genlm-hf 0.1.0 does not ship its model class yet (backend under development)"
 
 
 def _fake_modules(monkeypatch, present: set[str]) -> None:
+    """Only ``present`` modules; install commands name PyPI distributions."""
     monkeypatch.setattr(_plugin, "module_available", lambda name: name in present)
+    monkeypatch.setattr(official, "_checkout_plugins", lambda: None)
 
 
 def test_discovered_through_entry_point(installed_backends):
@@ -51,6 +52,9 @@ def test_probe_without_engine(monkeypatch):
     avail = _plugin.check()
     assert not avail.ok
     assert avail.reason == "transformers is not installed: pip install genlm-hf"
+    specs = []
+    _plugin.genlm_register_backends(register=specs.append)
+    assert specs[0].install_hint == "pip install genlm-hf"
 
 
 def test_probe_available(monkeypatch):

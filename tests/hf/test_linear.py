@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from session_requires import require
 
-pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
+require("genlm_hf.lm", reason="genlm-hf is not installed")
 
 from genlm_hf._linear import (  # noqa: E402
     MIN_MULTIPLY_ADDS,

@@ -10,8 +10,9 @@ import random
 
 import pytest
 import torch
+from session_requires import require
 
-pytest.importorskip("genlm_hf.kvcache", reason="genlm-hf is not installed")
+require("genlm_hf.kvcache", reason="genlm-hf is not installed")
 
 from genlm_hf.kvcache import PrefixKVCache  # noqa: E402
 

@@ -7,8 +7,9 @@ import warnings
 
 import pytest
 import torch
+from session_requires import require
 
-pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
+require("genlm_hf.lm", reason="genlm-hf is not installed")
 
 from genlm_core import load_model_by_name  # noqa: E402
 from genlm_core.errors import GenlmError, ModelNotFoundError  # noqa: E402
@@ -99,7 +100,7 @@ def test_tokenizer_without_weights_is_a_clear_error(asset_tokenizer_dir):
 )
 def test_bitsandbytes_on_cpu(asset_model_dir, opts, layer):
     """bitsandbytes >= 0.48 runs 8- and 4-bit layers on CPU; the options reach transformers."""
-    pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed")
+    require("bitsandbytes", reason="bitsandbytes is not installed")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lm = AsyncTransformer.from_name(str(asset_model_dir("tiny-llama3")), bitsandbytes_opts=opts)
@@ -115,7 +116,7 @@ def test_bitsandbytes_on_cpu(asset_model_dir, opts, layer):
 @pytest.mark.cuda
 def test_bitsandbytes_4bit_on_cuda(asset_model_dir):
     """NF4 weights with bf16 compute on a GPU, placed by device_map="auto"."""
-    pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed")
+    require("bitsandbytes", reason="bitsandbytes is not installed")
     lm = AsyncTransformer.from_name(
         str(asset_model_dir("smollm2-135m-instruct")),
         bitsandbytes_opts={

@@ -11,10 +11,12 @@ import asyncio
 
 import pytest
 import torch
+from session_requires import require
 
 from genlm_core.errors import UnknownLoraError
+from genlm_core.testing import LoraConformance
 
-peft = pytest.importorskip("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
+peft = require("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
@@ -170,3 +172,29 @@ async def test_prefix_logprobs_under_an_adapter(setup):
     for row, exp, b in zip(rows, expected, base, strict=True):
         torch.testing.assert_close(row, exp, atol=ATOL, rtol=0)
         assert (row - b).abs().max().item() > 1e-2  # the adapter's rows, not the base model's
+
+
+class TestAdapterConformance(LoraConformance):
+    """The shipped LoRA suite: replaced and removed adapters are never served stale."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def adapter_dirs(cls, hf_models, tmp_path_factory):
+        loaded = hf_models("tiny-gpt2")
+        return loaded, tuple(
+            make_adapter(loaded.path, "tiny-gpt2", tmp_path_factory.mktemp(f"v{seed}"), seed)
+            for seed in (1, 2)
+        )
+
+    @pytest.fixture
+    def lm(self, adapter_dirs):
+        loaded, _ = adapter_dirs
+        model = AsyncTransformer(
+            fresh_model(loaded.path), loaded.tokenizer, byte_vocab=loaded.byte_vocab
+        )
+        yield model
+        model.cleanup()
+
+    @pytest.fixture
+    def lora_adapters(self, adapter_dirs):
+        return adapter_dirs[1]

@@ -7,8 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from session_requires import require
 
-pytest.importorskip("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx installs them)")
+require("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx installs them)")
 if not sys.platform.startswith("linux"):
     pytest.skip("the BLAS swap concerns mlx's Linux CPU build only", allow_module_level=True)
 

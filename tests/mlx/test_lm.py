@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from session_requires import require
 
-pytest.importorskip("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx installs them)")
+require("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx installs them)")
 
 from genlm_core.errors import ModelNotFoundError  # noqa: E402
 from genlm_core.testing import AsyncLMConformance  # noqa: E402
@@ -73,7 +74,7 @@ TEXTS = [
 @pytest.mark.parametrize("key", ["smollm2", "tiny-llama-spm", "tiny-gpt2"])
 async def test_agrees_with_hf_batched_and_cached(mlx_models, key):
     """Shared prefixes, mixed lengths, two rounds (the second extends cached prompts)."""
-    hf_lm = pytest.importorskip("genlm_hf.lm", reason="genlm-hf is not installed")
+    hf_lm = require("genlm_hf.lm", reason="genlm-hf is not installed")
     loaded = mlx_models(key)
     ref = hf_lm.AsyncTransformer.from_name(loaded.path, byte_vocab=loaded.byte_vocab)
     with loaded.lm() as lm:
@@ -133,7 +134,7 @@ def test_prefix_reuse_matches_plain_forward(mlx_models, key, seed):
 
 def test_results_unchanged_after_eviction(mlx_models):
     loaded = mlx_models("tiny-llama3")
-    per_token = loaded.lm()._bytes_per_token
+    per_token = loaded.lm().bytes_per_token
     with loaded.lm(cache_size=0, kv_cache_bytes=24 * per_token) as lm:
         check_tree(lm, seed=3)
         stats = lm.kv_cache_stats

@@ -13,13 +13,15 @@ import json
 
 import pytest
 import torch
+from session_requires import require
 
-pytest.importorskip("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx installs them)")
+require("mlx_lm", reason="mlx and mlx-lm are not installed (nox -s mlx installs them)")
 
 from genlm_mlx.lm import AsyncMlxLM  # noqa: E402, I001  (first: it picks mlx's BLAS)
 
 import mlx.core as mx  # noqa: E402
 from genlm_core.errors import UnknownLoraError  # noqa: E402
+from genlm_core.testing import LoraConformance  # noqa: E402
 from genlm_mlx._loading import ModelLoadError  # noqa: E402
 
 ATOL = 1e-4
@@ -172,3 +174,19 @@ def test_bad_adapters_are_refused(tiny, tmp_path):
         with pytest.raises(ModelLoadError, match="do not fit"):
             lm.add_new_lora(str(wrong), "w")
         assert lm.lora_names == []
+
+
+class TestAdapterConformance(LoraConformance):
+    """The shipped LoRA suite on mlx: replaced and removed adapters never served stale."""
+
+    @pytest.fixture
+    def lm(self, tiny):
+        model = AsyncMlxLM.from_name(tiny)
+        yield model
+        model.cleanup()
+
+    @pytest.fixture
+    def lora_adapters(self, lm, tmp_path):
+        make_adapter(lm.model, tmp_path / "v1", seed=1)
+        make_adapter(lm.model, tmp_path / "v2", seed=2, scale=0.5)
+        return str(tmp_path / "v1"), str(tmp_path / "v2")

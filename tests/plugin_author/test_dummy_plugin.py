@@ -17,10 +17,9 @@ import sys
 
 import pytest
 import torch
+from session_requires import require
 
-pytest.importorskip(
-    "genlm_dummy", reason="genlm-dummy is not installed (nox -s plugin-author installs it)"
-)
+require("genlm_dummy", reason="genlm-dummy is not installed (nox -s plugin-author installs it)")
 
 from genlm_core import load_model_by_name  # noqa: E402
 from genlm_core.plugins import BackendRegistry, get_plugin_manager  # noqa: E402

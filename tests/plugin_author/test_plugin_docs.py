@@ -25,9 +25,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from session_requires import require
 
 from genlm_core.loading import resolve_backend
 from genlm_core.plugins import Availability, BackendSpec, hookimpl
+from genlm_core.testing import LoraConformance
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "plugins.md"
@@ -70,7 +72,7 @@ def test_quoted_code_matches_the_files(kind, path, body):
 
 
 def test_usage_example():
-    pytest.importorskip("genlm_dummy", reason="genlm-dummy is not installed")
+    require("genlm_dummy", reason="genlm-dummy is not installed")
     namespace: dict = {}
     exec(code_block("usage"), namespace)
     lm = namespace["lm"]
@@ -79,6 +81,26 @@ def test_usage_example():
     expected[ord("b")] = math.log(3 / 259)
     torch.testing.assert_close(out, expected)
     lm.cleanup()
+
+
+class TestLoraHooksExample(LoraConformance):
+    """The page's LoRA example passes the shipped LoRA suite."""
+
+    @pytest.fixture
+    def lm(self):
+        pytest.importorskip("genlm_dummy", reason="genlm-dummy is not installed")
+        namespace: dict = {}
+        exec(code_block("lora-hooks"), namespace)
+        model = namespace["AdaptedBigramLM"](b"The capital of France is Paris. Hello, world!")
+        yield model
+        model.cleanup()
+
+    @pytest.fixture
+    def lora_adapters(self, tmp_path):
+        texts = {"v1": b"oooo dddd ssss 3333 hello world", "v2": b"o!d!s!3!o?d?s?3?"}
+        for name, text in texts.items():
+            (tmp_path / name).write_bytes(text)
+        return str(tmp_path / "v1"), str(tmp_path / "v2")
 
 
 class TwoEngines:

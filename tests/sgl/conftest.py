@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from session_requires import require
 
 from genlm_core.plugins.probes import nvidia_gpu_count
 
@@ -230,7 +231,7 @@ def hf_reference(smollm2):
     of -17 on the 24-prompt set of test_lm.py; 5.7e-5 with torch's kernels), which
     would measure genlm-hf, not SGLang.
     """
-    pytest.importorskip(
+    require(
         "genlm_hf.lm", reason="genlm-hf is not installed (the reference of the agreement tests)"
     )
     from genlm_hf.lm import AsyncTransformer

@@ -13,8 +13,9 @@ import asyncio
 import random
 
 import pytest
+from session_requires import require
 
-pytest.importorskip("sglang", reason="SGLang is not installed (nox -s sgl installs it)")
+require("sglang", reason="SGLang is not installed (nox -s sgl installs it)")
 
 import torch  # noqa: E402
 

@@ -12,8 +12,9 @@ import sys
 import textwrap
 
 import pytest
+from session_requires import require
 
-pytest.importorskip("sglang", reason="SGLang is not installed (nox -s sgl installs it)")
+require("sglang", reason="SGLang is not installed (nox -s sgl installs it)")
 
 from genlm_core.errors import InvalidArgumentError, ModelClosedError  # noqa: E402
 from genlm_sgl import _compat  # noqa: E402

@@ -16,15 +16,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from session_requires import require
 
-pytest.importorskip("sglang", reason="SGLang is not installed (nox -s sgl installs it)")
+require("sglang", reason="SGLang is not installed (nox -s sgl installs it)")
 
 import torch  # noqa: E402
 
 from genlm_core.errors import UnknownLoraError  # noqa: E402
 from genlm_core.plugins.probes import nvidia_gpu_count  # noqa: E402
+from genlm_core.testing import LoraConformance  # noqa: E402
 
-peft = pytest.importorskip("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
+peft = require("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
 
 pytestmark = [
     pytest.mark.skipif(
@@ -132,3 +134,25 @@ async def test_lora_sampling_uses_the_adapter(pair):
                 int((await lm.next_token_logprobs(prompt + greedy, lora_name=name)).argmax())
             )
         assert sampled == greedy
+
+
+@pytest.fixture(params=["in-process", "server"])
+def sgl_lm(request):
+    kind = "make_lm" if request.param == "in-process" else "make_server_lm"
+    model = request.getfixturevalue(kind)()
+    yield model
+    model.cleanup()
+
+
+class TestAdapterConformance(LoraConformance):
+    """The shipped LoRA suite on SGLang, in-process and through the server."""
+
+    lora_atol = ATOL
+
+    @pytest.fixture
+    def lm(self, sgl_lm):
+        return sgl_lm
+
+    @pytest.fixture
+    def lora_adapters(self, adapters):
+        return adapters["a"], adapters["b"]

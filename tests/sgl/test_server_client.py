@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from session_requires import require
 
-pytest.importorskip("sglang", reason="SGLang is not installed (nox -s sgl installs it)")
+require("sglang", reason="SGLang is not installed (nox -s sgl installs it)")
 
 import torch  # noqa: E402
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from session_requires import require
 
 STAND_INS = Path(__file__).parent / "stand_ins"
 
@@ -59,7 +60,7 @@ def test_subclassing_a_stand_in_gives_an_unusable_class():
 
 def test_sglang_runs_no_stand_in_kernel():
     """With the CPU engine, SGLang probes sgl_kernel and finds no AMX kernels."""
-    pytest.importorskip("sglang", reason="SGLang is not installed")
+    require("sglang", reason="SGLang is not installed")
     from sglang.srt.utils.common import cpu_has_amx_support
 
     assert cpu_has_amx_support() is False

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from session_requires import require
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per CPU engine
@@ -125,7 +126,7 @@ def engines(model_paths) -> Callable[[str], Engine]:
 @pytest.fixture(scope="session")
 def hf_reference(model_paths) -> Callable[[str], Any]:
     """``hf_reference(key)``: genlm-hf's AsyncTransformer on the same weights (fp32)."""
-    pytest.importorskip(
+    require(
         "genlm_hf.lm", reason="genlm-hf is not installed (the reference of the agreement tests)"
     )
     from genlm_hf.lm import AsyncTransformer

@@ -10,14 +10,15 @@ import asyncio
 import random
 
 import pytest
+from session_requires import require
 
-pytest.importorskip("vllm", reason="vLLM is not installed (nox -s vllm installs it)")
+require("vllm", reason="vLLM is not installed (nox -s vllm installs it)")
 
 import torch  # noqa: E402
 
-from genlm_core.errors import InvalidTokenIdsError
-from genlm_core.testing import AsyncLMConformance
-from genlm_vllm.errors import EngineOutputError
+from genlm_core.errors import InvalidTokenIdsError  # noqa: E402
+from genlm_core.testing import AsyncLMConformance  # noqa: E402
+from genlm_vllm.errors import EngineOutputError  # noqa: E402
 
 #: torch warns about its own jit decorators when vLLM's dependencies import them.
 pytestmark = pytest.mark.filterwarnings(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from session_requires import require
 
-pytest.importorskip("vllm", reason="vLLM is not installed (nox -s vllm installs it)")
+require("vllm", reason="vLLM is not installed (nox -s vllm installs it)")
 
 import psutil  # noqa: E402 - a vLLM dependency
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from session_requires import require
 
-pytest.importorskip("vllm", reason="vLLM is not installed (nox -s vllm installs it)")
+require("vllm", reason="vLLM is not installed (nox -s vllm installs it)")
 
 import torch  # noqa: E402
 
-from genlm_core.errors import InvalidArgumentError, UnknownLoraError
+from genlm_core.errors import InvalidArgumentError, UnknownLoraError  # noqa: E402
+from genlm_core.testing import LoraConformance  # noqa: E402
 
-peft = pytest.importorskip("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
+peft = require("peft", reason="peft is not installed (pip install 'genlm-hf[peft]')")
 
 pytestmark = [
     # peft warns on every second adapter loaded into genlm-hf's model, which is what the
@@ -95,10 +97,14 @@ async def test_mixed_adapters_in_one_batch(pair):
 
 async def test_replacing_and_removing_adapters(pair, adapters):
     lm, hf = pair
-    ids_before = {name: lm._loras[name].lora_int_id for name in ("a", "b")}
+
+    def engine_id(name):
+        return lm.adapter_handle(lm.make_request(PROMPTS[0], name)).lora_int_id
+
+    ids_before = {name: engine_id(name) for name in ("a", "b")}
     old = await lm.next_token_logprobs(PROMPTS[0], lora_name="a")
     lm.add_new_lora(adapters["b"], "a")  # "a" now holds b's weights, under a new id
-    assert lm._loras["a"].lora_int_id not in ids_before.values()
+    assert engine_id("a") not in ids_before.values()
     new = await lm.next_token_logprobs(PROMPTS[0], lora_name="a")
     ref_b = await hf.next_token_logprobs(PROMPTS[0], lora_name="b")
     assert max_err(new, ref_b) < ATOL and max_err(new, old) > 0.1
@@ -140,7 +146,23 @@ def test_bad_adapter_path_and_lora_disabled_engine(engines, tmp_path):
     with pytest.raises(ModelLoadError, match="could not load LoRA adapter 'x'"):
         lm.add_new_lora(str(tmp_path / "missing"), "x")
     assert lm.lora_names == []
-    lm._lora_enabled = False  # as on an engine started without enable_lora
+    lm._lora_enabled_at_start = False  # as on an engine started without enable_lora
     with pytest.raises(InvalidArgumentError, match="enable_lora"):
         lm.add_new_lora(str(tmp_path), "x")
     lm.cleanup()
+
+
+class TestAdapterConformance(LoraConformance):
+    """The shipped LoRA suite on vLLM: replaced and removed adapters never served stale."""
+
+    lora_atol = ATOL  # vLLM's LoRA kernels against its own rows: well inside 1e-3
+
+    @pytest.fixture
+    def lm(self, engines):
+        model = engines("tiny").lm()
+        yield model
+        model.cleanup()
+
+    @pytest.fixture
+    def lora_adapters(self, adapters):
+        return adapters["a"], adapters["b"]

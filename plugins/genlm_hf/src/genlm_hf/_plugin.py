@@ -14,11 +14,11 @@ from genlm_core.plugins import (
     hookimpl,
     module_available,
 )
+from genlm_core.plugins.official import install_hint
 from genlm_hf import __version__
+from genlm_hf._install import BACKEND, DISTRIBUTION
 
-DISTRIBUTION = "genlm-hf"
 MODEL_MODULE = "genlm_hf.lm"
-INSTALL_HINT = "pip install genlm-hf"
 
 
 def check() -> Availability:
@@ -37,7 +37,7 @@ def check() -> Availability:
     if missing:
         reasons.append(
             f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: "
-            f"{INSTALL_HINT}"
+            f"{install_hint(BACKEND)}"
         )
     if reasons:
         return Availability.no("; ".join(reasons))
@@ -49,12 +49,12 @@ def genlm_register_backends(register):
     """Register the ``hf`` backend."""
     register(
         BackendSpec(
-            name="hf",
+            name=BACKEND,
             loader=f"{MODEL_MODULE}:AsyncTransformer.from_name",
             priority=50,
             check=check,
             auto=True,
             description="Hugging Face transformers on CPU or CUDA (LoRA via peft)",
-            install_hint=INSTALL_HINT,
+            install_hint=install_hint(BACKEND),
         )
     )

@@ -19,7 +19,8 @@ What makes it fast, compared with genlm-backend 0.3.1's class of the same name:
   with least-recently-used eviction; genlm-backend's trie grows without limit.
 
 LoRA adapters (peft, through transformers' integration) are selected per request;
-requests are grouped per adapter, and each adapter has its own prefix tree.
+requests are grouped per adapter version, and each version has its own prefix tree
+(genlm-core keeps the adapter table; this class implements its load/unload hooks).
 """
 
 from __future__ import annotations
@@ -27,21 +28,23 @@ from __future__ import annotations
 import concurrent.futures
 import importlib.util
 import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from genlm_core.errors import ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, Request
-from genlm_core.model_names import resolve_model_name
-from genlm_core.prefix_batching import plan_groups, shared_prefixes
-from genlm_core.validation import is_int_at_least
+from genlm_core.backend_kit import (
+    DEFAULT_KV_CACHE_BYTES,
+    DEFAULT_MAX_BATCH_KV_BYTES,
+    PrefixCachedLM,
+    is_int_at_least,
+    max_positions_of,
+)
+from genlm_core.lm import GenlmBackendCompat, LoraAdapter
+from genlm_core.loading import check_dtype, resolve_model_name
 from genlm_hf._forward import (
     KVLayout,
     Row,
-    Workspace,
     accepts_logits_to_keep,
     log_softmax_rows,
     probe_layout,
@@ -49,27 +52,17 @@ from genlm_hf._forward import (
 )
 from genlm_hf._linear import resolve_linear_kernel
 from genlm_hf._threads import auto_worker_threads, set_thread_torch_threads
+from genlm_hf._workspace import Workspace
 from genlm_hf.errors import MissingDependencyError, ModelLoadError
-from genlm_hf.kvcache import KVCacheStats, PrefixKVCache
+from genlm_hf.kvcache import PrefixKVCache
 from genlm_hf.prefixes import PrefixForwards
 
 __all__ = [
-    "DEFAULT_CACHE_BYTES",
     "DEFAULT_KV_CACHE_BYTES",
     "AsyncTransformer",
 ]
 
-#: Default budget of cached key/value tensors (bytes).
-DEFAULT_KV_CACHE_BYTES = 1 << 30
-#: Default budget of cached log-probability vectors (bytes).
-DEFAULT_CACHE_BYTES = 256 << 20
-#: Default cap on one forward's K/V buffer (bytes); bigger batches are split.
-DEFAULT_MAX_BATCH_KV_BYTES = 256 << 20
-
-#: Fewest uncached tokens several prompts of a batch must share to get computed once first.
-MIN_SHARED = 16
-
-_UNKNOWN = object()  # adapter state after loading/removing one: re-apply on next use
+_UNKNOWN = object()  # adapter state after loading/unloading one: re-apply on next use
 
 
 def split_kv_budget(kv_cache_bytes: int, max_batch_kv_bytes: int) -> tuple[int, int]:
@@ -86,17 +79,15 @@ def split_kv_budget(kv_cache_bytes: int, max_batch_kv_bytes: int) -> tuple[int, 
     return keep, reserve
 
 
-class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
+class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
     """Asynchronous, autobatched, prefix-cached wrapper of a transformers causal LM.
 
     Args:
         hf_model: A ``transformers`` causal LM (``AutoModelForCausalLM``).
         hf_tokenizer: Its tokenizer.
-        batch_size: Most distinct requests the batcher gathers into one call.
-        max_wait: Seconds a batch may wait for more callers (0: dispatch as soon as
-            the event loop has no runnable callers left).
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
+        batch_size: Most distinct requests per forward (default 64).
+        max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
+            soon as the event loop has no runnable callers left).
         kv_cache_bytes: Byte budget of the model's working memory beyond its weights and
             cached log-probs: the forward's reused K/V buffer and a reserve for its
             other working memory (each a quarter of the budget, 64 MiB at most; see
@@ -115,31 +106,28 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
             :mod:`genlm_hf._linear`); ``"onednn"``: the same, an error where it
             cannot run; ``"torch"``: torch's own path. GPU and half-precision models
             always use torch's. The resolved choice is :attr:`linear_kernel`.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``,
-            or ``timeout``, genlm-backend's name for ``max_wait``).
+        **kwargs: The cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`
+            (``cache_size``, ``cache_bytes``, ``trim_heap``, ``timeout``, ...).
     """
+
+    #: Measured: without trims, a 5,000-call sampler run on SmolLM2 kept ~100 MiB of
+    #: freed forward buffers resident above the cache budgets (genlm_core.runtime).
+    trims_heap_by_default = True
+    forward_context = staticmethod(torch.no_grad)
 
     def __init__(
         self,
         hf_model: Any,
         hf_tokenizer: Any,
-        batch_size: int = 64,
-        max_wait: float = 0.0,
+        batch_size: int | None = None,
+        max_wait: float | None = None,
         *,
-        cache_size: int = 4096,
-        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
         max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
         worker_threads: int | None = None,
         linear_kernel: str = "auto",
         **kwargs: Any,
     ) -> None:
-        for name, value in (
-            ("kv_cache_bytes", kv_cache_bytes),
-            ("max_batch_kv_bytes", max_batch_kv_bytes),
-        ):
-            if not is_int_at_least(value, 0):
-                raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
         if worker_threads is not None and not is_int_at_least(worker_threads, 1):
             raise ValueError(
                 f"worker_threads must be an integer >= 1, or None for automatic, "
@@ -152,16 +140,15 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
         width = _logits_width(hf_model)
         super().__init__(
             hf_tokenizer,
+            hf_model,
+            kv_cache_bytes=kv_cache_bytes,
+            max_batch_kv_bytes=max_batch_kv_bytes,
             batch_size=batch_size,
             max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
             vocab_size=width,
             **kwargs,
         )
-        self.model = hf_model
         self.device = device
-        self.max_batch_kv_bytes = int(max_batch_kv_bytes)
         self.worker_threads = (
             worker_threads if worker_threads is not None else auto_worker_threads(hf_model, device)
         )
@@ -174,10 +161,9 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
                 initializer=set_thread_torch_threads,
                 initargs=(1,),
             )
-        self._lock = threading.Lock()  # one forward at a time: batcher thread vs sync callers
-        self._active: object = None  # adapter currently enabled on the model
+        self._active: object = None  # adapter (peft name) currently enabled on the model
         self._keep_kwarg = accepts_logits_to_keep(hf_model)
-        self.max_positions = _max_positions(hf_model)
+        self.max_positions = max_positions_of(hf_model.config.get_text_config())
         # The budget covers the forward's reused K/V buffer, a reserve for the rest of a
         # forward's working memory, and the prefix cache (what is left).
         keep, reserve = split_kv_budget(kv_cache_bytes, self.max_batch_kv_bytes)
@@ -187,9 +173,9 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
         self._logprobs_workspace = Workspace(keep_bytes=reserve // 4)
         self.kv_cache = PrefixKVCache(kv_cache_bytes - keep - reserve)
         self._layout: KVLayout | None = None
-        self.kv_reuse_off_reason = "kv_cache_bytes=0"
         if kv_cache_bytes > 0:
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
+        self.bytes_per_token = self._layout.bytes_per_token if self._layout else 0
 
     # -- loading ----------------------------------------------------------------------
 
@@ -199,20 +185,24 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
         model_id: str,
         bitsandbytes_opts: dict[str, Any] | None = None,
         hf_opts: dict[str, Any] | None = None,
+        *,
+        dtype: str | None = None,
+        revision: str | None = None,
         **kwargs: Any,
     ) -> AsyncTransformer:
         """Load a model and its tokenizer from a hub id or a local directory.
-
-        On a CPU-only machine the weights load as float32 (half precision is slow and
-        inexact on CPUs); with CUDA, in the checkpoint's dtype on ``device_map="auto"``.
 
         Args:
             model_id: Hub id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``), local directory,
                 or an embedded model's name (``"smollm2-135m-instruct"``: no hub needed).
             bitsandbytes_opts: Options of ``transformers.BitsAndBytesConfig``
                 (e.g. ``{"load_in_4bit": True}``); needs bitsandbytes and, mostly, CUDA.
-            hf_opts: Extra keyword arguments of ``AutoModelForCausalLM.from_pretrained``;
-                they override the defaults above.
+            hf_opts: Extra keyword arguments of ``AutoModelForCausalLM.from_pretrained``
+                (``device_map``, ``attn_implementation``, ...); they override the others.
+            dtype: The weights' dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or
+                ``"auto"`` (the checkpoint's). Default: float32 on a CPU (half precision
+                is slow and inexact there), ``"auto"`` on CUDA (with ``device_map="auto"``).
+            revision: Hub revision (a branch, tag or commit).
             **kwargs: Passed to :class:`AsyncTransformer`.
 
         Raises:
@@ -229,6 +219,11 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
             opts.update(dtype="auto", device_map="auto")
         else:
             opts.update(dtype=torch.float32)
+        if dtype is not None:
+            dtype = check_dtype(dtype, "hf")
+            opts["dtype"] = dtype if dtype == "auto" else getattr(torch, dtype)
+        if revision is not None:
+            opts["revision"] = revision
         if bitsandbytes_opts:
             if importlib.util.find_spec("bitsandbytes") is None:
                 raise MissingDependencyError(
@@ -242,7 +237,8 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
             opts.update(hf_opts)
             if "torch_dtype" in hf_opts:  # transformers 5 renamed it
                 opts["dtype"] = opts.pop("torch_dtype")
-        tokenizer = _load("tokenizer", model_id, AutoTokenizer.from_pretrained)
+        tok_opts = {"revision": revision} if revision is not None else {}
+        tokenizer = _load("tokenizer", model_id, AutoTokenizer.from_pretrained, **tok_opts)
         model = _load("model", model_id, AutoModelForCausalLM.from_pretrained, **opts)
         return cls(model, tokenizer, **kwargs)
 
@@ -253,79 +249,7 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
         if self.worker_threads is not None:
             set_thread_torch_threads(self.worker_threads)
 
-    def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
-        """Log-probs for distinct requests: per adapter, cached pasts + batched forwards."""
-        return self._per_adapter(requests, self._compute_requests)
-
-    def _per_adapter(
-        self, requests: Sequence[Any], compute: Callable[[str | None, list[Any]], list[Any]]
-    ) -> list[Any]:
-        """``compute(lora_name, its requests)`` per adapter, under the lock, in request order.
-
-        The base class trims the heap of the buffers freed (``heap_trimmer``).
-        """
-        with self._lock, torch.no_grad():
-            if self.model is None:
-                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-            by_adapter: dict[str | None, list[Any]] = {}
-            for req in requests:
-                by_adapter.setdefault(req.lora_name, []).append(req)
-            results: dict[Any, Any] = {}
-            for lora_name, reqs in by_adapter.items():
-                self._activate(lora_name)
-                results.update(zip(reqs, compute(lora_name, reqs), strict=True))
-            return [results[req] for req in requests]
-
-    def _compute_requests(self, lora_name: str | None, reqs: list[Request]) -> list[torch.Tensor]:
-        done = self._compute(lora_name, [req.token_ids for req in reqs])
-        return [done[req.token_ids] for req in reqs]
-
-    def _compute(
-        self, lora_name: str | None, prompts: list[tuple[int, ...]]
-    ) -> dict[tuple[int, ...], torch.Tensor]:
-        """Compute ``prompts`` under the active adapter; return log-probs by prompt.
-
-        Prompts that share an uncached stretch of at least :data:`MIN_SHARED` tokens
-        (many questions after one new system prompt) first have that shared prefix
-        computed once, recursively; then every prompt runs from its longest cached
-        prefix.
-        """
-        layout = self._layout
-        done: dict[tuple[int, ...], torch.Tensor] = {}
-        rows = [self._row(lora_name, ids, record=False) for ids in prompts]
-        if layout is not None and len(rows) > 1:
-            shared = shared_prefixes(rows, MIN_SHARED)
-            if shared:
-                done.update(self._compute(lora_name, shared))
-                rows = [
-                    self._row(lora_name, r.token_ids, record=False)
-                    for r in rows
-                    if r.token_ids not in done
-                ]
-        per_token = layout.bytes_per_token if layout else 0
-        for index, planned in enumerate(plan_groups(rows, per_token, self.max_batch_kv_bytes)):
-            # After the first forward, look up again: inserts may have reused the slots
-            # found before (evictions) or added longer prefixes.
-            if index:
-                group = [self._row(lora_name, r.token_ids, record=False) for r in planned]
-            else:
-                group = planned
-            if layout is not None:
-                for row in group:
-                    self.kv_cache.count(row.past_len)
-            logits, buffer, width_past = self._forward(group)
-            rows_out = log_softmax_rows(
-                logits, self._logprobs_workspace, self._helper, self.row_pool
-            )
-            for row, out in zip(group, rows_out, strict=True):
-                done[row.token_ids] = out
-            self._store_kv(lora_name, group, buffer, width_past)
-            del buffer, logits
-        return done
-
-    def _row(
-        self, lora_name: str | None, ids: tuple[int, ...], *, record: bool, first: int | None = None
-    ) -> Row:
+    def _row(self, adapter: str | None, ids: tuple[int, ...], *, first: int | None = None) -> Row:
         """A row of a forward: ``ids`` run from the longest cached prefix of ``ids[:first]``.
 
         ``first`` (default: the last position, whose logits are wanted) is the first
@@ -334,7 +258,7 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
         if self._layout is None:
             return Row(ids, [], 0)
         limit = len(ids) - 1 if first is None else first
-        segments = self.kv_cache.match(lora_name, ids, limit, record=record)
+        segments = self.kv_cache.match(adapter, ids, limit, record=False)
         return Row(ids, segments, sum(used for _, used in segments))
 
     def _forward(self, group: list[Row], *, all_positions: bool = False) -> Any:
@@ -352,32 +276,29 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
             all_positions=all_positions,
         )
 
+    def _forward_rows(self, adapter: str | None, group: list[Row]) -> list[torch.Tensor]:
+        """One forward over ``group`` (the base class's hook): log-probs, K/V stored."""
+        logits, buffer, width_past = self._forward(group)
+        rows = log_softmax_rows(logits, self._logprobs_workspace, self._helper, self.row_pool)
+        self._store_kv(adapter, group, buffer, width_past)
+        return rows
+
     def _store_kv(
-        self, lora_name: str | None, group: list[Row], buffer: Any, width_past: int
+        self, adapter: str | None, group: list[Row], buffer: Any, width_past: int
     ) -> None:
         """Keep the keys and values a forward over ``group`` computed (``buffer``, if any)."""
         if buffer is not None:
             self.kv_cache.insert_many(
-                lora_name,
+                adapter,
                 [(row.token_ids, row.past_len) for row in group],
                 buffer[:, :, :, width_past:],
             )
 
-    def next_token_logprobs_uncached(
-        self, token_ids: Sequence[int], lora_name: str | None = None
-    ) -> torch.Tensor:
-        """Log-probs from one plain forward over the whole prompt: no cache, no batching.
-
-        The reference the cached path is tested against (and genlm-backend's method).
-        """
-        req = self.make_request(token_ids, lora_name)
-        with self._lock, torch.no_grad():
-            self._activate(lora_name)
-            ids = torch.tensor(
-                [req.token_ids], device=self.model.get_input_embeddings().weight.device
-            )
-            logits = self.model(ids, use_cache=False).logits[0, -1]
-            return torch.log_softmax(logits, dim=-1, dtype=torch.float32).cpu()
+    def _plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
+        """One forward over the whole prompt, no cache (the base class's uncached path)."""
+        ids = torch.tensor([token_ids], device=self.model.get_input_embeddings().weight.device)
+        logits = self.model(ids, use_cache=False).logits[0, -1]
+        return torch.log_softmax(logits, dim=-1, dtype=torch.float32).cpu()
 
     def cache_kv(self, prompt_tokens: Sequence[int], lora_name: str | None = None) -> None:
         """Compute and cache a prompt's keys and values (and next-token log-probs) now."""
@@ -385,97 +306,62 @@ class AsyncTransformer(PrefixForwards, BatchedAsyncLM):
 
     # -- LoRA ---------------------------------------------------------------------------
 
-    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
-        """Load a peft LoRA adapter under ``lora_name``; select it with ``lora_name=``.
-
-        Loading under an existing name replaces that adapter and drops its caches.
+    def _load_weights(self, adapter: LoraAdapter) -> None:
+        """Load a peft LoRA adapter version under its unique name.
 
         Raises:
             MissingDependencyError: peft is not installed.
-            ModelLoadError: The adapter cannot be loaded from ``lora_path``.
+            ModelLoadError: The adapter cannot be loaded from ``adapter.path``.
         """
-        self._check_open()
         if importlib.util.find_spec("peft") is None:
             raise MissingDependencyError(
                 "LoRA adapters need peft, which is not installed: pip install 'genlm-hf[peft]'"
             )
-        with self._lock:
-            if lora_name in self._loras:
-                self._forget_adapter(lora_name)
-            try:
-                self.model.load_adapter(str(lora_path), adapter_name=lora_name)
-            except Exception as exc:
-                raise ModelLoadError(
-                    f"could not load LoRA adapter {lora_name!r} from {str(lora_path)!r}: "
-                    f"{type(exc).__name__}: {exc}. Pass a directory saved by peft's "
-                    f"save_pretrained (adapter_config.json + adapter weights) for this base model"
-                ) from exc
-            self._loras[lora_name] = str(lora_path)
-            self._active = _UNKNOWN
-
-    def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
-        self._check_open()
-        self.validate_lora(lora_name)
-        with self._lock:
-            self._forget_adapter(lora_name)
-
-    def _forget_adapter(self, lora_name: str) -> None:
-        self.model.delete_adapter(lora_name)
-        del self._loras[lora_name]
-        self.kv_cache.drop_adapter(lora_name)
-        self._drop_adapter_outputs(lora_name)
+        try:
+            self.model.load_adapter(adapter.path, adapter_name=adapter.engine_name)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"could not load LoRA adapter {adapter.name!r} from {adapter.path!r}: "
+                f"{type(exc).__name__}: {exc}. Pass a directory saved by peft's "
+                f"save_pretrained (adapter_config.json + adapter weights) for this base model"
+            ) from exc
         self._active = _UNKNOWN
 
-    def _activate(self, lora_name: str | None) -> None:
-        """Enable ``lora_name`` on the model (None: the base model). Caller holds the lock."""
-        if lora_name is self._active or lora_name == self._active:
+    def _delete_weights(self, name: str) -> None:
+        self.model.delete_adapter(name)
+        self._active = _UNKNOWN
+
+    def _activate(self, adapter: str | None) -> None:
+        """Enable the peft adapter ``adapter`` (None: the base model), if not already."""
+        if adapter is self._active or adapter == self._active:
             return
-        if lora_name is None:
+        if adapter is None:
             if getattr(self.model, "_hf_peft_config_loaded", False):
                 self.model.disable_adapters()
         else:
-            self.model.set_adapter(lora_name)
+            self.model.set_adapter(adapter)
             self.model.enable_adapters()
-        self._active = lora_name
+        self._active = adapter
 
     # -- caches and lifecycle -------------------------------------------------------------
-
-    @property
-    def kv_cache_stats(self) -> KVCacheStats:
-        """Size (bytes, segments, tokens) and hit counts of the prefix K/V cache."""
-        return self.kv_cache.stats
 
     def cache_info(self) -> dict[str, Any]:
         """Memory at a glance: K/V cache statistics, the reused forward buffer, log-probs."""
         return {
-            "kv": self.kv_cache.stats,
+            **super().cache_info(),
             "kv_workspace_bytes": self._workspace.nbytes,
             "logits_workspace_bytes": self._logits_workspace.nbytes
             + self._logprobs_workspace.nbytes,
-            "outputs": self.output_cache_info(),
         }
 
-    def clear_kv_cache(self) -> None:
-        """Drop every cached key/value tensor (log-prob cache kept)."""
-        with self._lock:
-            self.kv_cache.clear()
-
-    def clear_cache(self) -> None:
-        """Drop cached log-probs and key/value tensors."""
-        self.clear_kv_cache()
-        super().clear_cache()
-
-    def _release(self) -> None:
-        super()._release()  # closes the batchers, clears the caches
-        with self._lock:  # waits for an in-flight forward
-            self.model = None
-            self._workspace.release()
-            self._logits_workspace.release()
-            self._logprobs_workspace.release()
-            if self._helper is not None:
-                self._helper.shutdown(wait=False)
-                self._helper = None
+    def _free_buffers(self) -> None:
+        """Free the reused buffers and the helper thread (the base class's hook)."""
+        self._workspace.release()
+        self._logits_workspace.release()
+        self._logprobs_workspace.release()
+        if self._helper is not None:
+            self._helper.shutdown(wait=False)
+            self._helper = None
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -499,12 +385,6 @@ def _logits_width(model: Any) -> int:
     if weight is not None and weight.ndim == 2:
         return int(weight.shape[0])
     return int(model.config.get_text_config().vocab_size)
-
-
-def _max_positions(model: Any) -> int | None:
-    config = model.config.get_text_config()
-    n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    return int(n) if isinstance(n, int) and n > 0 else None
 
 
 def _usable_cpus() -> int:

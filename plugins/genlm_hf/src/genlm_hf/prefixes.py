@@ -8,8 +8,8 @@ cache and every row into the output cache (the core stores them), so later calls
 along the sequence are hits and calls branching off it run only their own tokens.
 
 :class:`PrefixForwards` is a mixin of :class:`~genlm_hf.lm.AsyncTransformer`: it
-implements the core's optional ``compute_prefix_batch`` hook with the model's lock,
-prefix cache and forward helpers.
+implements the core's optional ``compute_prefix_batch`` hook with the model's prefix
+cache and forward helpers.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
+from genlm_core.backend_kit import plan_groups
 from genlm_core.lm import PrefixRequest, Request
-from genlm_core.prefix_batching import plan_groups
 from genlm_hf._forward import Row, log_softmax_rows
 
 __all__ = ["PREFIX_LOGITS_BYTES", "PrefixForwards"]
@@ -48,7 +48,7 @@ class PrefixForwards:
         return self._per_adapter(requests, self._compute_prefixes)
 
     def _compute_prefixes(
-        self, lora_name: str | None, reqs: list[PrefixRequest]
+        self, adapter: str | None, reqs: list[PrefixRequest]
     ) -> list[list[torch.Tensor]]:
         """Rows of the wanted prefixes of each sequence (positions ``start`` on).
 
@@ -66,17 +66,14 @@ class PrefixForwards:
             group = []
             for k in pending:
                 ids = reqs[k].token_ids
-                row = self._row(lora_name, ids[: done[k] + chunk], record=False, first=done[k])
+                row = self._row(adapter, ids[: done[k] + chunk], first=done[k])
                 owner[id(row)] = k
                 group.append(row)
             for index, planned in enumerate(plan_groups(group, per_token, self.max_batch_kv_bytes)):
                 ks = [owner[id(row)] for row in planned]
                 if index:  # a forward's inserts may have evicted the slots found before
-                    planned = [
-                        self._row(lora_name, r.token_ids, record=False, first=r.past_len)
-                        for r in planned
-                    ]
-                outs = self._forward_all_positions(lora_name, planned)
+                    planned = [self._row(adapter, r.token_ids, first=r.past_len) for r in planned]
+                outs = self._forward_all_positions(adapter, planned)
                 for k, row, out in zip(ks, planned, outs, strict=True):
                     rows[k][row.past_len : len(row.token_ids)] = out
                     done[k] = len(row.token_ids)
@@ -91,14 +88,14 @@ class PrefixForwards:
         n = req.start
         ids, lora_name = req.token_ids, req.lora_name
         while self.cache is not None and n < len(ids):
-            hit = self.cache.get(Request(ids[: n + 1], lora_name))
+            hit = self.cache.get(Request(ids[: n + 1], lora_name, req.generation))
             if hit is None:
                 break
             rows[n] = hit
             n += 1
         return n
 
-    def _forward_all_positions(self, lora_name: str | None, group: list[Row]) -> list[list[Any]]:
+    def _forward_all_positions(self, adapter: str | None, group: list[Row]) -> list[list[Any]]:
         """One forward over ``group`` keeping every new position; K/V stored. Rows per row."""
         logits, buffer, width_past = self._forward(group, all_positions=True)
         outs = [
@@ -107,5 +104,5 @@ class PrefixForwards:
             )
             for i, row in enumerate(group)
         ]
-        self._store_kv(lora_name, group, buffer, width_past)
+        self._store_kv(adapter, group, buffer, width_past)
         return outs

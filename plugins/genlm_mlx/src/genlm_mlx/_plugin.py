@@ -20,12 +20,12 @@ from genlm_core.plugins import (
     is_apple_silicon,
     module_available,
 )
+from genlm_core.plugins.official import install_hint
+from genlm_mlx._install import BACKEND
 
-DISTRIBUTION = "genlm-mlx"
 MODEL_MODULE = "genlm_mlx.lm"
 #: (distribution, module) of the engine; ``mlx.core`` because ``mlx`` is a namespace package.
 ENGINE_MODULES = (("mlx", "mlx.core"), ("mlx-lm", "mlx_lm"))
-INSTALL_HINT = "pip install genlm-mlx"
 
 
 def linux_runtime() -> str | None:
@@ -72,7 +72,7 @@ def check() -> Availability:
     missing = [dist for dist, module in ENGINE_MODULES if not module_available(module)]
     if missing:
         verb = "is" if len(missing) == 1 else "are"
-        reasons.append(f"{' and '.join(missing)} {verb} not installed: {INSTALL_HINT}")
+        reasons.append(f"{' and '.join(missing)} {verb} not installed: {install_hint(BACKEND)}")
     elif system == "Linux":
         runtime = linux_runtime()
         if runtime is None:
@@ -94,12 +94,12 @@ def genlm_register_backends(register):
     """Register the ``mlx`` backend (automatic only on Apple silicon)."""
     register(
         BackendSpec(
-            name="mlx",
+            name=BACKEND,
             loader=f"{MODEL_MODULE}:AsyncMlxLM.from_name",
             priority=80,
             check=check,
             auto=is_apple_silicon(),
             description="MLX (mlx-lm) on Apple silicon; on Linux only when named",
-            install_hint=INSTALL_HINT,
+            install_hint=install_hint(BACKEND),
         )
     )

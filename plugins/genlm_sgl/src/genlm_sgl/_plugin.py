@@ -13,21 +13,22 @@ automatic CPU choice.
 from __future__ import annotations
 
 from genlm_core.plugins import Availability, BackendSpec, hookimpl, module_available
+from genlm_core.plugins.official import install_hint
 from genlm_core.plugins.probes import nvidia_gpu_count
+from genlm_sgl._install import BACKEND
 
-DISTRIBUTION = "genlm-sgl"
 MODEL_MODULE = "genlm_sgl.lm"
-INSTALL_HINT = "pip install 'genlm-sgl[cuda]' (on a CPU, see genlm-sgl's README)"
 CPU_NOTE = "CPU (SGLang's torch-native path; used only when named)"
 
 
 def check() -> Availability:
     """Whether ``sgl`` can run here: sglang is installed; on CUDA, or on the CPU when named.
 
-    The GPU is asked of the NVIDIA driver through NVML, without initialising CUDA.
+    The GPU is asked of the NVIDIA driver through NVML, without initialising CUDA; the
+    install command is this plugin's recipe (:mod:`genlm_sgl._install`) for this machine.
     """
     if not module_available("sglang"):
-        return Availability.no(f"sglang is not installed: {INSTALL_HINT}")
+        return Availability.no(f"sglang is not installed: {install_hint(BACKEND)}")
     gpus, _ = nvidia_gpu_count()
     if not gpus:
         return Availability.yes(CPU_NOTE)
@@ -39,12 +40,12 @@ def genlm_register_backends(register):
     """Register the ``sgl`` backend (automatic only where an NVIDIA GPU is visible)."""
     register(
         BackendSpec(
-            name="sgl",
+            name=BACKEND,
             loader=f"{MODEL_MODULE}:AsyncSGLTransformer.from_name",
             priority=90,
             check=check,
             auto=nvidia_gpu_count()[0] > 0,
             description="SGLang engine: in-process scheduler (NVIDIA GPUs; CPU when named)",
-            install_hint=INSTALL_HINT,
+            install_hint=install_hint(BACKEND),
         )
     )

@@ -5,8 +5,9 @@ Concurrent ``next_token_logprobs`` calls are coalesced by genlm-core's AutoBatch
 requests, which it plans with its continuous batching, chunked prefill and radix
 prefix cache. Rows are collected by request id (see :mod:`genlm_sgl._runner`), so a
 batch larger than ``max_running_requests`` comes back complete and in order.
-LoRA adapters are served per request through SGLang's multi-LoRA support; each load
-gets a fresh SGLang id, so a replaced adapter's cached prefixes are never reused.
+LoRA adapters are served per request through SGLang's multi-LoRA support; genlm-core
+keeps the table of versions and each version gets a fresh SGLang id, so a replaced
+adapter's cached prefixes are never reused.
 ``sample``/``batch_sample`` draw token by token from the exact log-probs (genlm-core's
 sampler), each step a prefix-cache hit. :meth:`AsyncSGLTransformer.from_url` drives an
 SGLang server instead (:mod:`genlm_sgl.server`).
@@ -14,15 +15,18 @@ SGLang server instead (:mod:`genlm_sgl.server`).
 
 from __future__ import annotations
 
-import gc
 import uuid
 from typing import Any, NamedTuple
 
 import torch
 
-from genlm_core.errors import InvalidArgumentError, ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, Request
-from genlm_core.model_names import resolve_model_name
+from genlm_core.backend_kit import EngineLM
+from genlm_core.errors import ModelClosedError
+from genlm_core.lm import (
+    GenlmBackendCompat,
+    LoraAdapter,
+    Request,
+)
 from genlm_sgl._compat import InProcessScheduler, prepare_import
 from genlm_sgl._runner import SchedulerRunner
 from genlm_sgl.errors import EngineOutputError, ModelLoadError, UnsupportedSGLangError
@@ -91,34 +95,26 @@ def start_engine(model_name: str, engine_opts: dict[str, Any] | None = None) -> 
         ) from exc
 
 
-class AsyncSGLTransformer(BatchedAsyncLM):
+class AsyncSGLTransformer(GenlmBackendCompat, EngineLM):
     """Asynchronous, batched next-token log-probs from an in-process SGLang scheduler.
 
     Args:
         engine: A scheduler from :func:`start_engine` (``from_name`` starts one).
         tokenizer: The model's Hugging Face tokenizer (default: loaded from the
             engine's ``tokenizer_path``).
-        batch_size: Most distinct requests the batcher hands the scheduler at once
-            (SGLang still runs at most ``max_running_requests`` per step).
-        max_wait: Seconds a batch may wait for more callers (0: dispatch as soon as
-            the event loop has no runnable callers left).
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
-        owns_engine: Whether :meth:`cleanup` shuts the scheduler down. Pass False to put
-            several wrappers over one engine; the caller then shuts it down.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``).
+        batch_size: Most distinct requests handed to the scheduler at once (default 256;
+            SGLang still runs at most ``max_running_requests`` per step).
+        max_wait: Seconds a batch may wait for more callers (default 0).
+        **kwargs: ``owns_engine`` (see :class:`~genlm_core.backend_kit.EngineLM`) and the
+            cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`.
     """
 
     def __init__(
         self,
         engine: Any,
         tokenizer: Any = None,
-        batch_size: int = 256,
-        max_wait: float = 0.0,
-        *,
-        cache_size: int = 4096,
-        cache_bytes: int | None = 256 << 20,
-        owns_engine: bool = True,
+        batch_size: int | None = None,
+        max_wait: float | None = None,
         **kwargs: Any,
     ) -> None:
         if tokenizer is None:
@@ -127,44 +123,29 @@ class AsyncSGLTransformer(BatchedAsyncLM):
             tokenizer,
             batch_size=batch_size,
             max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
             vocab_size=engine.vocab_size,
             **kwargs,
         )
         self.engine = engine
-        self.owns_engine = owns_engine
         self.max_positions = engine.max_input_len
         self._runner: SchedulerRunner | None = SchedulerRunner(engine, engine.vocab_size)
 
     @classmethod
-    def from_name(
-        cls, model_name: str, engine_opts: dict[str, Any] | None = None, **kwargs: Any
-    ) -> AsyncSGLTransformer:
-        """Start an in-process SGLang scheduler for ``model_name``.
+    def start_engine(cls, model_name: str, engine_opts: dict[str, Any]) -> Any:
+        """Start an in-process SGLang scheduler (``from_name`` calls it; see :func:`start_engine`).
 
-        Args:
-            model_name: A local directory, an embedded model's name
-                (``"smollm2-135m-instruct"``) or a hub id; SGLang's ``model_path``.
-            engine_opts: Keyword arguments of SGLang's ``ServerArgs``, over
-                :data:`DEFAULT_ENGINE_OPTS` (plus :data:`CPU_ENGINE_OPTS` on a machine
-                without an NVIDIA GPU); e.g. ``max_running_requests``,
-                ``chunked_prefill_size``, ``enable_lora``, ``max_lora_rank``,
-                ``lora_target_modules``, ``lora_backend``, ``tp_size``.
-            **kwargs: Passed to :class:`AsyncSGLTransformer`.
-
-        Raises:
-            UnsupportedSGLangError: SGLang is missing or outside the supported range.
-            ModelLoadError: SGLang could not start the engine.
-            ModelNotFoundError: No such directory, or a hub id that cannot load here.
+        ``engine_opts`` are keyword arguments of SGLang's ``ServerArgs``, over
+        :data:`DEFAULT_ENGINE_OPTS` (plus :data:`CPU_ENGINE_OPTS` on a machine without an
+        NVIDIA GPU); e.g. ``max_running_requests``, ``chunked_prefill_size``,
+        ``enable_lora``, ``max_lora_rank``, ``lora_target_modules``, ``lora_backend``,
+        ``tp_size``.
         """
-        model_name = resolve_model_name(model_name)  # fails fast, before the engine starts
-        engine = start_engine(model_name, engine_opts)
-        try:
-            return cls(engine, **kwargs)
-        except BaseException:
-            engine.shutdown()
-            raise
+        return start_engine(model_name, engine_opts)
+
+    @staticmethod
+    def stop_engine(engine: Any) -> None:
+        """Shut a scheduler down."""
+        engine.shutdown()
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Any:
@@ -180,65 +161,55 @@ class AsyncSGLTransformer(BatchedAsyncLM):
         runner = self._runner
         if runner is None or self._closed:
             raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-        prompts = [(req.token_ids, self._lora_id(req.lora_name)) for req in requests]
+        prompts = [(req.token_ids, _lora_id(self.adapter_handle(req))) for req in requests]
         return runner.logprobs(prompts, self.row_pool.empty_rows)
 
     def clear_cache(self) -> None:
         """Drop cached outputs and flush SGLang's radix prefix cache."""
         super().clear_cache()
-        runner = self._runner
-        if runner is not None and not self._closed:
-            with runner.lock:
-                runner.scheduler.flush()
+        self.clear_kv_cache()
 
-    # -- LoRA ---------------------------------------------------------------------------
+    # -- the engine (EngineLM's hooks) ---------------------------------------------------
 
-    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
-        """Load a peft LoRA adapter under ``lora_name``; select it with ``lora_name=``.
+    backend_name = "sgl"
+    engine_name = "SGLang"
+    lora_hint = (
+        "start it with engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' "
+        "rank>, 'lora_target_modules': [...]}"
+    )
 
-        Loading under an existing name replaces that adapter and drops its cached outputs.
+    def _engine_lock(self) -> Any:
+        return self.engine.lock
+
+    def _lora_enabled(self) -> bool:
+        return bool(self.engine.lora_enabled)
+
+    def _load_into_engine(self, adapter: LoraAdapter) -> Adapter:
+        """Load an adapter version under a name unique to this engine.
 
         Raises:
-            InvalidArgumentError: The engine was started without ``enable_lora=True``.
             ModelLoadError: SGLang could not load the adapter.
         """
-        self._check_open()
-        engine = self.engine
-        if not engine.lora_enabled:
-            raise InvalidArgumentError(
-                "this SGLang engine was started without LoRA support; start it with "
-                "engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' rank>, "
-                "'lora_target_modules': [...]}"
-            )
-        engine_name = f"{lora_name}-{uuid.uuid4().hex[:12]}"  # unique per engine
-        with engine.lock:
-            try:
-                lora_id = engine.load_lora(engine_name, str(lora_path))
-            except Exception as exc:
-                raise ModelLoadError(
-                    f"SGLang could not load LoRA adapter {lora_name!r} from {str(lora_path)!r}: "
-                    f"{type(exc).__name__}: {exc}. Pass a directory saved by peft's "
-                    f"save_pretrained for this base model, within the engine's max_lora_rank "
-                    f"and lora_target_modules"
-                ) from exc
-            if lora_name in self._loras:
-                self._forget_adapter(lora_name)
-            self._loras[lora_name] = Adapter(lora_id, engine_name)
+        engine_name = f"{adapter.engine_name}-{uuid.uuid4().hex[:12]}"  # unique per engine
+        try:
+            lora_id = self.engine.load_lora(engine_name, adapter.path)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"SGLang could not load LoRA adapter {adapter.name!r} from "
+                f"{adapter.path!r}: {type(exc).__name__}: {exc}. Pass a directory saved "
+                f"by peft's save_pretrained for this base model, within the engine's "
+                f"max_lora_rank and lora_target_modules"
+            ) from exc
+        return Adapter(lora_id, engine_name)
 
-    def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
-        self._check_open()
-        self.validate_lora(lora_name)
-        with self.engine.lock:
-            self._forget_adapter(lora_name)
+    def _unload_from_engine(self, handle: Adapter) -> None:
+        self.engine.unload_lora(handle.engine_name, handle.lora_id)
 
-    def _forget_adapter(self, lora_name: str) -> None:
-        adapter = self._loras.pop(lora_name)
-        self.engine.unload_lora(adapter.engine_name, adapter.lora_id)
-        self._drop_adapter_outputs(lora_name)
+    def _shutdown_engine(self) -> None:
+        self.engine.shutdown()
 
-    def _lora_id(self, lora_name: str | None) -> str | None:
-        return None if lora_name is None else self._loras[lora_name].lora_id
+    def _drop_engine(self) -> None:
+        self._runner = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -247,18 +218,14 @@ class AsyncSGLTransformer(BatchedAsyncLM):
         if self.engine.device.startswith("cuda"):
             torch.cuda.set_device(0)
 
-    def _release(self) -> None:
-        super()._release()  # closes the batchers, clears the cached outputs
-        engine = self.engine
-        with engine.lock:  # waits for an in-flight scheduler run
-            if not self.owns_engine:
-                for lora_name in list(self._loras):
-                    self._forget_adapter(lora_name)
-            self._loras.clear()
-            if self.owns_engine:
-                engine.shutdown()
-        self._runner = None
-        gc.collect()
+    # -- genlm-backend 0.3.1 compatibility ------------------------------------------------
+
+    def clear_kv_cache(self) -> None:
+        """Flush SGLang's radix prefix cache only, keeping the cached outputs."""
+        runner = self._runner
+        if runner is not None and not self._closed:
+            with runner.lock:
+                runner.scheduler.flush()
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -273,6 +240,10 @@ class Adapter(NamedTuple):
 
     lora_id: str
     engine_name: str
+
+
+def _lora_id(handle: Adapter | None) -> str | None:
+    return None if handle is None else handle.lora_id
 
 
 def _load_tokenizer(server_args: Any) -> Any:

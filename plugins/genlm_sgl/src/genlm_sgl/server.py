@@ -11,15 +11,14 @@ duplicate a request). The server's radix cache reuses shared prefixes.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
-from genlm_core.lm import BatchedAsyncLM, Request
-from genlm_core.validation import is_int_at_least
+from genlm_core.backend_kit import is_int_at_least
+from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 from genlm_sgl._http import ServerClient
 from genlm_sgl.errors import ModelLoadError, ServerError
 
@@ -29,18 +28,22 @@ __all__ = ["AsyncSGLServerLM"]
 class AsyncSGLServerLM(BatchedAsyncLM):
     """Asynchronous, batched next-token log-probs from an SGLang server over HTTP.
 
+    Thread-safe: batches from the worker thread and from sync callers go to the server
+    at the same time (the HTTP client and its pool are thread-safe).
+
     Args:
         client: A :class:`~genlm_sgl._http.ServerClient` (``from_url`` makes one).
         tokenizer: The served model's Hugging Face tokenizer.
         vocab_size: Width of the model's logits.
         chunk_size: Most prompts per HTTP call.
         max_concurrency: Most HTTP calls in flight.
-        batch_size: Most distinct requests the batcher hands over at once.
-        max_wait: Seconds a batch may wait for more callers.
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`.
+        **kwargs: The cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`
+            (``batch_size``, default 256, ``max_wait``, ``cache_size``, ...).
     """
+
+    thread_safe = True
+    #: The server batches and schedules itself: larger hand-offs only save round trips.
+    default_batch_size = 256
 
     def __init__(
         self,
@@ -50,24 +53,12 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         *,
         chunk_size: int = 32,
         max_concurrency: int = 4,
-        batch_size: int = 256,
-        max_wait: float = 0.0,
-        cache_size: int = 4096,
-        cache_bytes: int | None = 256 << 20,
         **kwargs: Any,
     ) -> None:
         for name, value in (("chunk_size", chunk_size), ("max_concurrency", max_concurrency)):
             if not is_int_at_least(value, 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        super().__init__(
-            tokenizer,
-            batch_size=batch_size,
-            max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
-            vocab_size=vocab_size,
-            **kwargs,
-        )
+        super().__init__(tokenizer, vocab_size=vocab_size, **kwargs)
         self.client = client
         self.url = client.url
         self.chunk_size = chunk_size
@@ -80,7 +71,7 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         tokenizer: Any = None,
         vocab_size: int | None = None,
         *,
-        timeout: float = 300.0,
+        http_timeout: float = 300.0,
         retries: int = 3,
         max_concurrency: int = 4,
         api_key: str | None = None,
@@ -94,7 +85,8 @@ class AsyncSGLServerLM(BatchedAsyncLM):
                 (default: the server's ``tokenizer_path``, read from ``/model_info``).
             vocab_size: Width of the model's logits (default: from the model's config
                 at that path).
-            timeout: Seconds an HTTP call may take (a cold batch on a CPU takes seconds).
+            http_timeout: Seconds an HTTP call may take (a cold batch on a CPU takes
+                seconds). Not ``timeout``, which is genlm-backend's name for ``max_wait``.
             retries: Extra attempts of a failed call (each after aborting it).
             max_concurrency: Most HTTP calls in flight (and pooled connections).
             api_key: The server's ``--api-key``, if it has one.
@@ -105,7 +97,11 @@ class AsyncSGLServerLM(BatchedAsyncLM):
             ModelLoadError: The tokenizer or the vocabulary width could not be found.
         """
         client = ServerClient(
-            url, timeout=timeout, retries=retries, max_connections=max_concurrency, api_key=api_key
+            url,
+            timeout=http_timeout,
+            retries=retries,
+            max_connections=max_concurrency,
+            api_key=api_key,
         )
         try:
             info = client.get_json("/model_info")
@@ -128,9 +124,8 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         jobs = []
         groups: dict[str | None, list[int]] = {}
         for i, req in enumerate(requests):
-            groups.setdefault(req.lora_name, []).append(i)
-        for lora_name, index in groups.items():
-            lora = None if lora_name is None else self._loras[lora_name]
+            groups.setdefault(self.adapter_handle(req), []).append(i)
+        for lora, index in groups.items():  # the server-side adapter name, None: base
             for start in range(0, len(index), self.chunk_size):
                 part = index[start : start + self.chunk_size]
                 jobs.append(
@@ -162,49 +157,35 @@ class AsyncSGLServerLM(BatchedAsyncLM):
 
     # -- LoRA ---------------------------------------------------------------------------
 
-    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
-        """Load a peft adapter into the server (started with ``--enable-lora``).
+    def load_adapter(self, adapter: LoraAdapter) -> str:
+        """Load a peft adapter version into the server (the core's hook; ``--enable-lora``).
 
-        The path is read by the server. Loading under an existing name replaces that
-        adapter (under a new server-side name) and drops its cached outputs.
+        The path is read by the server. Returns the server-side name, unique per version.
 
         Raises:
             ModelLoadError: The server could not load it (its message included).
         """
-        self._check_open()
-        server_name = f"{lora_name}-{uuid.uuid4().hex[:12]}"
+        server_name = f"{adapter.engine_name}-{uuid.uuid4().hex[:12]}"
         try:
             self.client.post(
-                "/load_lora_adapter", {"lora_name": server_name, "lora_path": str(lora_path)}
+                "/load_lora_adapter", {"lora_name": server_name, "lora_path": adapter.path}
             )
         except ServerError as exc:
             raise ModelLoadError(
-                f"the SGLang server could not load LoRA adapter {lora_name!r} from "
-                f"{str(lora_path)!r} (start it with --enable-lora, --max-lora-rank and "
+                f"the SGLang server could not load LoRA adapter {adapter.name!r} from "
+                f"{adapter.path!r} (start it with --enable-lora, --max-lora-rank and "
                 f"--lora-target-modules): {exc}"
             ) from exc
-        if lora_name in self._loras:
-            self._forget_adapter(lora_name)
-        self._loras[lora_name] = server_name
+        return server_name
 
-    def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
-        self._check_open()
-        self.validate_lora(lora_name)
-        self._forget_adapter(lora_name)
-
-    def _forget_adapter(self, lora_name: str) -> None:
-        server_name = self._loras.pop(lora_name)
-        self._drop_adapter_outputs(lora_name)
-        self.client.post("/unload_lora_adapter", {"lora_name": server_name})
+    def unload_adapter(self, adapter: LoraAdapter, handle: str) -> None:
+        """Unload an adapter version from the server (the core's hook)."""
+        self.client.post("/unload_lora_adapter", {"lora_name": handle})
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def _release(self) -> None:
-        super()._release()
-        for lora_name in list(self._loras):
-            with contextlib.suppress(ServerError):  # the server may be gone already
-                self._forget_adapter(lora_name)
+        super()._release()  # unloads the adapters (a server already gone is reported)
         self._pool.shutdown(wait=True)
         self.client.close()
 

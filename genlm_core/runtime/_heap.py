@@ -11,6 +11,10 @@ budgets a user sets.
 
 It costs a walk over the heap (about a millisecond here), so :class:`HeapTrimmer`
 runs it at most once per ``interval`` seconds, after the work that freed the memory.
+``malloc_trim`` acts on the whole process, so models share one trimmer
+(:func:`process_trimmer`): two models never trim twice in one interval. Whether a model
+trims at all is :func:`trimming_wanted`'s answer: on where the benefit was measured
+(genlm-hf on a CPU), off elsewhere, ``GENLM_TRIM_HEAP`` and ``trim_heap=`` override.
 On platforms without glibc it does nothing.
 """
 
@@ -22,7 +26,9 @@ import sys
 import threading
 import time
 
-__all__ = ["HeapTrimmer", "trim_heap"]
+from genlm_core import settings
+
+__all__ = ["HeapTrimmer", "process_trimmer", "trim_heap", "trimming_wanted"]
 
 
 def _load_malloc_trim():
@@ -79,3 +85,30 @@ class HeapTrimmer:
         trim_heap()
         self.trims += 1
         return True
+
+
+_process_trimmer: HeapTrimmer | None = None
+_process_lock = threading.Lock()
+
+
+def process_trimmer() -> HeapTrimmer:
+    """The one trimmer every model of this process shares (at most a trim per 0.5 s)."""
+    global _process_trimmer
+    with _process_lock:
+        if _process_trimmer is None:
+            _process_trimmer = HeapTrimmer(interval=0.5)
+        return _process_trimmer
+
+
+def trimming_wanted(option: bool | None, default: bool) -> bool:
+    """Whether a model trims: its ``trim_heap=`` option, else ``GENLM_TRIM_HEAP``, else ``default``.
+
+    Raises:
+        ValueError: ``option`` is not a bool or None, or the variable is unreadable.
+    """
+    if option is not None:
+        if not isinstance(option, bool):
+            raise ValueError(f"trim_heap must be True, False or None, got {option!r}")
+        return option
+    from_env = settings.trim_heap()
+    return default if from_env is None else from_env

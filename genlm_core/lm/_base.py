@@ -1,87 +1,35 @@
-"""The base of the AsyncLM contract: the consumer Protocol, requests, and AsyncLMBase.
+"""AsyncLMBase: the base class of every backend.
 
-:class:`AsyncLM` is what clients may call; :class:`AsyncLMBase` is what a backend
-subclasses (vocabulary, validation, batch and prefix calls, sampling, lifecycle).
-:mod:`genlm_core.lm` is the public module: import from there.
+It decodes the vocabulary, validates token ids and adapters, supplies the batch and
+prefix calls, sampling (:class:`~genlm_core.lm._sampling.Sampling`), the LoRA
+bookkeeping (:class:`~genlm_core.lm._adapters.LoraAdapters`) and the lifecycle.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import numbers
+import contextlib
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 
-from genlm_core.errors import (
-    InvalidArgumentError,
-    InvalidTokenIdsError,
-    ModelClosedError,
-    UnknownLoraError,
-)
+from genlm_core._validation import is_int_at_least, is_integer
+from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
+from genlm_core.lm._adapters import AdapterTable, LoraAdapters
+from genlm_core.lm._requests import PrefixRequest, Request
+from genlm_core.lm._sampling import Sampling
+from genlm_core.runtime import ComputeGate
 from genlm_core.tokenization import Token, decode_vocab
-from genlm_core.validation import is_int_at_least, is_integer
 
-__all__ = ["AsyncLM", "AsyncLMBase", "PrefixRequest", "Request", "sampling_args"]
+__all__ = ["AsyncLMBase"]
 
-
-@runtime_checkable
-class AsyncLM(Protocol):
-    """What clients may rely on from any genlm language model."""
-
-    tokenizer: Any
-    byte_vocab: list[Token]
-    str_vocab: list[str]
-
-    async def next_token_logprobs(
-        self, token_ids: Sequence[int], lora_name: str | None = None
-    ) -> torch.Tensor:
-        """Log-probabilities of the next token after ``token_ids``."""
-        ...
-
-    def next_token_logprobs_sync(
-        self, token_ids: Sequence[int], lora_name: str | None = None
-    ) -> torch.Tensor:
-        """Synchronous :meth:`next_token_logprobs`."""
-        ...
-
-    async def batch_next_token_logprobs(
-        self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
-    ) -> torch.Tensor:
-        """Stacked log-probabilities for several prompts."""
-        ...
+log = logging.getLogger(__name__)
 
 
-class Request(NamedTuple):
-    """One next-token query: the prompt and the LoRA adapter (None = base model)."""
-
-    token_ids: tuple[int, ...]
-    lora_name: str | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PrefixRequest:
-    """A query for the next-token log-probs after every prefix of ``token_ids``.
-
-    Only prefixes ending at position ``start`` or later are asked for: row ``j``
-    answers ``token_ids[: start + j + 1]``. A dataclass, not a tuple, so it never
-    equals (and is never deduplicated with) the :class:`Request` of the same tokens.
-    """
-
-    token_ids: tuple[int, ...]
-    lora_name: str | None
-    start: int = 0
-
-    def prefixes(self) -> list[Request]:
-        """The next-token requests it answers, in order."""
-        ids, lora = self.token_ids, self.lora_name
-        return [Request(ids[: i + 1], lora) for i in range(self.start, len(ids))]
-
-
-class AsyncLMBase(ABC):
+class AsyncLMBase(LoraAdapters, Sampling, ABC):
     """Base class for backends: vocabulary, validation, sampling and lifecycle.
 
     Subclasses implement :meth:`next_token_logprobs` and
@@ -97,9 +45,13 @@ class AsyncLMBase(ABC):
     Attributes:
         max_positions: The model's context length, or None (the default) if unknown;
             :meth:`validate_token_ids` rejects longer prompts. Backends set it.
+        thread_safe: Class attribute. False (the default): the core never runs two of
+            this backend's computations at once, whichever threads call. A backend
+            whose computation is safe to run concurrently sets it True.
     """
 
     max_positions: int | None = None
+    thread_safe: bool = False
 
     def __init__(
         self,
@@ -112,7 +64,8 @@ class AsyncLMBase(ABC):
         if byte_vocab is None:
             byte_vocab = decode_vocab(tokenizer, vocab_size=vocab_size)
         self.byte_vocab, self.str_vocab = byte_vocab
-        self._loras: dict[str, Any] = {}
+        self._adapters = AdapterTable()
+        self._gate = ComputeGate(concurrent=self.thread_safe)
         self._closed = False
 
     # -- contract ---------------------------------------------------------------
@@ -208,7 +161,7 @@ class AsyncLMBase(ABC):
                 f"start must be an integer in 0..{n - 1} (a position of the {n} token ids), "
                 f"got {start!r}"
             )
-        return PrefixRequest(req.token_ids, req.lora_name, int(start))
+        return PrefixRequest(req.token_ids, req.lora_name, int(start), req.generation)
 
     # -- validation -------------------------------------------------------------
 
@@ -261,24 +214,11 @@ class AsyncLMBase(ABC):
             ids = tuple(int(t) for t in ids)
         return ids
 
-    def validate_lora(self, lora_name: str | None) -> str | None:
-        """Check that ``lora_name`` is None or an added adapter.
-
-        Raises:
-            UnknownLoraError: The adapter was never added (or was removed).
-        """
-        if lora_name is not None and lora_name not in self._loras:
-            known = ", ".join(map(repr, sorted(self._loras))) or "none"
-            raise UnknownLoraError(
-                f"unknown LoRA adapter {lora_name!r} (loaded: {known}); add it first with "
-                f"lm.add_new_lora(path, {lora_name!r}), or pass lora_name=None for the base model"
-            )
-        return lora_name
-
     def make_request(self, token_ids: Any, lora_name: str | None = None) -> Request:
         """Validate a call's arguments into a hashable :class:`Request`."""
         self._check_open()
-        return Request(self.validate_token_ids(token_ids), self.validate_lora(lora_name))
+        ids = self.validate_token_ids(token_ids)
+        return Request(ids, lora_name, self._generation(lora_name))
 
     def make_requests(
         self,
@@ -304,100 +244,25 @@ class AsyncLMBase(ABC):
                 f"{argument} must be a list of prompts (lists of token ids), got "
                 f"{type(token_ids_list).__name__} {token_ids_list!r:.80}"
             )
-        lora = self.validate_lora(lora_name)
+        generation = self._generation(lora_name)
         requests = []
         for i, token_ids in enumerate(token_ids_list):
             try:
-                requests.append(Request(self.validate_token_ids(token_ids), lora))
+                requests.append(Request(self.validate_token_ids(token_ids), lora_name, generation))
             except InvalidTokenIdsError as exc:
                 raise InvalidTokenIdsError(f"{argument}[{i}]: {exc}") from None
         return requests
 
-    # -- LoRA -------------------------------------------------------------------
+    @contextlib.contextmanager
+    def exclusive_access(self) -> Iterator[None]:
+        """Hold the model with no computation running (for changes to it).
 
-    def add_new_lora(self, lora_path: str, lora_name: str) -> None:
-        """Load a LoRA adapter under ``lora_name``; select it per call with ``lora_name=``.
-
-        Loading under an existing name replaces that adapter (and drops its cached outputs).
+        Waits for the computations in flight and holds new ones back until the block
+        ends. Backends use it around changes made outside a computation (clearing a
+        key/value cache, freeing the model); reentrant for the thread that holds it.
         """
-        raise NotImplementedError(f"{type(self).__name__} does not support LoRA adapters")
-
-    def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`."""
-        self.validate_lora(lora_name)
-        del self._loras[lora_name]
-        self.clear_cache()
-
-    @property
-    def lora_names(self) -> list[str]:
-        """Names of the loaded LoRA adapters."""
-        return sorted(self._loras)
-
-    # -- sampling ---------------------------------------------------------------
-
-    async def sample(
-        self,
-        prompt_token_ids: Sequence[int],
-        max_tokens: int,
-        eos_token_ids: Iterable[int],
-        temperature: float = 1.0,
-        seed: int | None = None,
-        lora_name: str | None = None,
-    ) -> list[int]:
-        """Sample a continuation token by token, stopping at an EOS id or ``max_tokens``.
-
-        Args:
-            prompt_token_ids: The prompt.
-            max_tokens: Most tokens to generate (>= 0).
-            eos_token_ids: Ids that end the sample (not included in the result).
-            temperature: Logits are divided by it (> 0).
-            seed: Makes the sample reproducible.
-            lora_name: LoRA adapter, None for the base model.
-
-        Returns:
-            The generated token ids.
-        """
-        prompt = list(self.make_request(prompt_token_ids, lora_name).token_ids)
-        eos, generator = sampling_args(max_tokens, eos_token_ids, temperature, seed)
-        out: list[int] = []
-        for _ in range(max_tokens):
-            logprobs = await self.next_token_logprobs(prompt + out, lora_name=lora_name)
-            token = _draw(logprobs, temperature, generator)
-            if token in eos:
-                break
-            out.append(token)
-        return out
-
-    async def batch_sample(
-        self,
-        prompt_token_ids_list: Sequence[Sequence[int]],
-        max_tokens: int,
-        eos_token_ids: Iterable[int],
-        temperature: float = 1.0,
-        seed: int | None = None,
-        lora_name: str | None = None,
-    ) -> list[list[int]]:
-        """Sample one continuation per prompt, concurrently (so calls are batched).
-
-        With a ``seed``, prompt ``i`` uses ``seed + i``: reproducible, yet two equal
-        prompts get independent samples.
-        """
-        eos = list(eos_token_ids)
-        return list(
-            await asyncio.gather(
-                *(
-                    self.sample(
-                        ids,
-                        max_tokens,
-                        eos,
-                        temperature,
-                        None if seed is None else seed + i,
-                        lora_name,
-                    )
-                    for i, ids in enumerate(prompt_token_ids_list)
-                )
-            )
-        )
+        with self._gate.exclusive():
+            yield
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -423,8 +288,33 @@ class AsyncLMBase(ABC):
         self._closed = True
         self._release()
 
+    async def aclose(self) -> None:
+        """Wait for the calls in flight to get their answers, then :meth:`cleanup`.
+
+        What ``async with lm:`` does on exit. Idempotent.
+        """
+        self.cleanup()
+
     def _release(self) -> None:
-        """Free backend resources (engine, caches). Called once by :meth:`cleanup`."""
+        """Free backend resources (engine, caches). Called once by :meth:`cleanup`.
+
+        Overrides call ``super()._release()``; this unloads the adapters (the model may
+        be shared with other wrappers) and drops cached outputs. An adapter that fails
+        to unload (its server already gone, say) is logged, not raised: cleanup goes on.
+        """
+        with self.exclusive_access():
+            for adapter, handle in self._adapters.entries():
+                self._adapters.pop(adapter.name)
+                try:
+                    self.unload_adapter(adapter, handle)
+                except Exception as exc:  # noqa: BLE001 - reported; the rest must still go
+                    log.warning(
+                        "%s.cleanup: LoRA adapter %r could not be unloaded (%s: %s)",
+                        type(self).__name__,
+                        adapter.name,
+                        type(exc).__name__,
+                        exc,
+                    )
         self.clear_cache()
 
     def __enter__(self) -> AsyncLMBase:
@@ -437,7 +327,7 @@ class AsyncLMBase(ABC):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.cleanup()
+        await self.aclose()
 
 
 # -- helpers -------------------------------------------------------------------
@@ -447,40 +337,3 @@ def _stack(outs: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     if not outs:
         return torch.empty((0, width), dtype=torch.float32)
     return torch.stack(list(outs))
-
-
-def sampling_args(
-    max_tokens: int, eos_token_ids: Iterable[int], temperature: float, seed: int | None
-) -> tuple[frozenset[int], torch.Generator | None]:
-    """Validate ``sample``'s arguments; return the EOS ids and a seeded generator (or None).
-
-    Public so that a backend with its own sampler refuses bad input exactly like
-    :meth:`AsyncLMBase.sample` does.
-
-    Raises:
-        ValueError: Naming the bad value and the fix.
-    """
-    if not is_int_at_least(max_tokens, 0):
-        raise ValueError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
-    if not isinstance(temperature, numbers.Real) or not temperature > 0:
-        raise ValueError(
-            f"temperature must be a number > 0, got {temperature!r}; for greedy decoding "
-            f"take argmax of next_token_logprobs instead"
-        )
-    if isinstance(eos_token_ids, int):
-        raise ValueError(
-            f"eos_token_ids must be a list of ints, got the int {eos_token_ids}; "
-            f"wrap it: [{eos_token_ids}]"
-        )
-    eos = frozenset(int(t) for t in eos_token_ids)
-    generator = None
-    if seed is not None:
-        generator = torch.Generator()
-        generator.manual_seed(int(seed))
-    return eos, generator
-
-
-def _draw(logprobs: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
-    logits = logprobs.float() if temperature == 1.0 else logprobs.float() / temperature
-    probs = torch.softmax(logits, dim=-1)
-    return int(torch.multinomial(probs, num_samples=1, generator=generator).item())

@@ -1,19 +1,6 @@
-"""The standard AsyncLM test suite every backend inherits.
+"""The contract's basic invariants: shapes, equivalences, prefixes, bad input, lifecycle.
 
-Subclass :class:`AsyncLMConformance` in your backend's tests and provide an ``lm``
-fixture; every invariant of the AsyncLM contract is then checked for your backend::
-
-    class TestMyBackend(AsyncLMConformance):
-        @pytest.fixture
-        def lm(self):
-            model = load_model_by_name("my-model", backend="mine")
-            yield model
-            model.cleanup()
-
-Override a case only to mark it ``@pytest.mark.xfail(reason=...)``: a backend that
-cannot meet an invariant says so visibly. Class attributes tune the suite:
-``prompts`` (token-id lists, valid for the model), ``atol`` (for comparisons across
-batch shapes; raise it for GPU kernels whose results depend on batch size).
+Part of :class:`~genlm_core.testing.AsyncLMConformance` (see its package docstring).
 """
 
 from __future__ import annotations
@@ -27,11 +14,11 @@ import torch
 
 from genlm_core.errors import GenlmError, InvalidTokenIdsError, ModelClosedError, UnknownLoraError
 
-__all__ = ["AsyncLMConformance"]
+__all__ = ["ContractCases"]
 
 
-class AsyncLMConformance:
-    """Invariants of the AsyncLM contract (docs/plugins.md, "Testing your plugin")."""
+class ContractCases:
+    """Shapes, normalisation, equivalences, prefix rows, bad input, sampling, lifecycle."""
 
     #: Absolute tolerance when comparing results computed in different batch shapes.
     atol: float = 1e-5

@@ -20,6 +20,7 @@ from genlm_core.errors import (
     BackendContractError,
     NoBackendAvailableError,
 )
+from genlm_core.loading._options import check_options
 from genlm_core.plugins import official
 from genlm_core.plugins.manager import GenlmPluginManager, get_plugin_manager
 from genlm_core.plugins.registry import BackendRegistry, Registered
@@ -63,9 +64,7 @@ def resolve_backend(
     if named is not None:
         return registry.require_available(named)
     candidates = registry.available_auto()
-    choice = registry.plugin_manager.hook.genlm_select_backend(
-        model_name=model_name, candidates=[c.name for c in candidates]
-    )
+    choice = registry.select(model_name, [c.name for c in candidates])  # faulty hooks skipped
     if choice is not None:
         return registry.require_available(choice)
     if not candidates:
@@ -104,6 +103,8 @@ def load_model_by_name(
         UnknownBackendError, BackendUnavailableError, NoBackendAvailableError: See
             :func:`resolve_backend`.
         PluginLoadError: The backend's module failed to import.
+        InvalidOptionError: ``llm_opts`` holds an option the backend does not take
+            (checked before anything is loaded; the message lists the valid ones).
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"model name must be a non-empty string, got {name!r}")
@@ -112,6 +113,8 @@ def load_model_by_name(
     reg = resolve_backend(name, backend, plugin_manager)
     log.info("loading %r with backend %r (%s %s)", name, reg.name, reg.distribution, reg.version)
     loader = reg.spec.load()
+    if llm_opts:
+        check_options(loader, llm_opts, f"backend {reg.name!r} ({reg.spec.loader})")
     lm = loader(name, **(llm_opts or {}))
     from genlm_core.lm import AsyncLM
 

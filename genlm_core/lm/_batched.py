@@ -2,28 +2,28 @@
 
 A backend implements :meth:`BatchedAsyncLM.compute_batch` (and, if its model can run a
 whole sequence at once, :meth:`BatchedAsyncLM.compute_prefix_batch`) and gets
-coalesced, deduplicated, cached async calls and matching sync calls.
-:mod:`genlm_core.lm` is the public module: import from there.
+coalesced, deduplicated, cached async calls and matching sync calls. What happens to
+a batch between the batcher and the backend is :class:`~genlm_core.lm._rows.RowComputation`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import functools
 import threading
-import weakref
 from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from genlm_core.batching import AutoBatcher, WorkerThread
-from genlm_core.cache import OutputCache
-from genlm_core.errors import BackendContractError, BatchSizeMismatchError
-from genlm_core.heap import HeapTrimmer
-from genlm_core.lm_base import AsyncLMBase, PrefixRequest, Request
-from genlm_core.row_pool import RowPool
+from genlm_core._validation import is_int_at_least, is_seconds
+from genlm_core.lm import _rows
+from genlm_core.lm._base import AsyncLMBase
+from genlm_core.lm._requests import PrefixRequest, Request
+from genlm_core.lm._rows import RowComputation, raise_failures
+from genlm_core.loading._options import accepted_options, unknown_option_error
+from genlm_core.runtime import LoopBatchers, OutputCache, RowPool, process_trimmer, trimming_wanted
 
 __all__ = ["DEFAULT_CACHE_BYTES", "BatchedAsyncLM"]
 
@@ -32,61 +32,98 @@ __all__ = ["DEFAULT_CACHE_BYTES", "BatchedAsyncLM"]
 #: GPT-2's 50k tokens, 2 GiB for Llama-3's 128k.
 DEFAULT_CACHE_BYTES = 256 << 20
 
+#: Keyword options :class:`AsyncLMBase` itself takes (what ``**kwargs`` may carry to it).
+_BASE_OPTIONS = frozenset({"vocab_size", "byte_vocab"})
 
-class BatchedAsyncLM(AsyncLMBase):
+
+class BatchedAsyncLM(RowComputation, AsyncLMBase):
     """An AsyncLMBase whose calls go through the shared AutoBatcher and OutputCache.
 
     Implement :meth:`compute_batch`; it runs off the event loop, receives unique
-    validated requests, and returns one log-probability tensor per request.
+    validated requests, and returns one log-probability tensor per request. The core
+    runs one :meth:`compute_batch` at a time (unless the class sets ``thread_safe =
+    True``), checks every row it returns, caches it, and hands each caller a copy of
+    its own.
 
     Args:
         tokenizer: See :class:`AsyncLMBase`.
-        batch_size: Most requests per forward pass.
+        batch_size: Most requests per batch (default :attr:`default_batch_size`).
         max_wait: Seconds a batch may wait for more callers, counted from its first
-            request. 0 dispatches as soon as the event loop has no more runnable callers.
+            request (default 0: dispatch as soon as the event loop has no more runnable
+            callers).
         cache_size: Most cached outputs (0 disables the cache).
         cache_bytes: Byte budget of the cached outputs (default
             :data:`DEFAULT_CACHE_BYTES`); None bounds them by ``cache_size`` alone.
-        timeout: genlm-backend's name for ``max_wait`` (accepted for migration).
-        **kwargs: Passed to :class:`AsyncLMBase`.
+        timeout: genlm-backend's name for ``max_wait`` (accepted for migration; give
+            one of the two).
+        trim_heap: Return freed heap memory to the OS after batches (see
+            :class:`~genlm_core.runtime.HeapTrimmer`). None: ``GENLM_TRIM_HEAP``, else the class's
+            :attr:`trims_heap_by_default`.
+        **kwargs: Passed to :class:`AsyncLMBase` (``vocab_size``, ``byte_vocab``).
+
+    Raises:
+        InvalidOptionError: An option no class of the model takes (names the valid ones).
+        ValueError: An option with a bad value (named, with the value).
     """
+
+    #: ``batch_size`` when none is given: 64 for a backend that runs one padded forward
+    #: per batch (its keys and values are assembled in memory, and past ~64 rows a CPU
+    #: forward gains little per row). Engine backends set more.
+    default_batch_size: int = 64
+    #: Whether models of this class trim the heap unless told otherwise: True only
+    #: where it was measured to keep resident memory within the cache budgets.
+    trims_heap_by_default: bool = False
 
     def __init__(
         self,
         tokenizer: Any,
         *,
-        batch_size: int = 64,
-        max_wait: float = 0.0,
+        batch_size: int | None = None,
+        max_wait: float | None = None,
         cache_size: int = 4096,
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         timeout: float | None = None,
+        trim_heap: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(tokenizer, **kwargs)
-        if timeout is not None:  # genlm-backend's name for max_wait
-            max_wait = timeout
-        if not isinstance(batch_size, int) or batch_size < 1:
+        for option in kwargs:
+            if option not in _BASE_OPTIONS:
+                valid = accepted_options(type(self)) or sorted(_BASE_OPTIONS)
+                raise unknown_option_error(type(self).__name__, option, valid)
+        if batch_size is None:
+            batch_size = self.default_batch_size
+        if not is_int_at_least(batch_size, 1):
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        self.batch_size = batch_size
-        self.max_wait = max_wait
+        if not is_int_at_least(cache_size, 0):
+            raise ValueError(
+                f"cache_size must be an integer >= 0 (0 disables the cache), got {cache_size!r}"
+            )
+        self.trims_heap = trimming_wanted(trim_heap, self.trims_heap_by_default)
+        self.max_wait = _max_wait(max_wait, timeout)
         self.cache: OutputCache | None = (
             OutputCache(max_entries=cache_size, max_bytes=cache_bytes) if cache_size else None
         )
-        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AutoBatcher] = (
-            weakref.WeakKeyDictionary()
+        super().__init__(tokenizer, **kwargs)
+        self.batch_size = batch_size
+        # A batcher per event loop (one per asyncio.run) over one worker thread: what
+        # init_worker_thread and the libraries set up in it is kept between runs.
+        self._loop_batchers = LoopBatchers(
+            functools.partial(self._batch_fn, for_callers=True),
+            name=f"{type(self).__name__}.batcher",
+            initializer=self.init_worker_thread,
+            max_batch_size=batch_size,
+            max_wait=self.max_wait,
+            copy_result=_rows.private,
         )
-        # One worker thread for the batchers of every event loop (one per asyncio.run):
-        # what init_worker_thread and the libraries set up in it is kept between runs.
-        self._worker_thread: WorkerThread | None = None
         #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
         #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
-        #: pages instead of fresh ones (see :mod:`genlm_core.row_pool`).
+        #: pages instead of fresh ones (see :class:`~genlm_core.runtime.RowPool`).
         self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
         self._batch_counts = [0, 0]  # compute_batch calls, requests they computed
         self._batch_counts_lock = threading.Lock()  # the worker and sync callers count
-        #: Returns memory freed by batches (evicted rows, a backend's buffers) to the OS,
-        #: so that resident memory follows the cache budget (see :mod:`genlm_core.heap`).
-        self.heap_trimmer = HeapTrimmer(interval=0.5)
+        #: The process's heap trimmer (see :class:`~genlm_core.runtime.HeapTrimmer`),
+        #: used after batches when :attr:`trims_heap` is on.
+        self.heap_trimmer = process_trimmer()
 
     @abstractmethod
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
@@ -135,91 +172,9 @@ class BatchedAsyncLM(AsyncLMBase):
         """Whether this backend overrides :meth:`compute_prefix_batch`."""
         return type(self).compute_prefix_batch is not BatchedAsyncLM.compute_prefix_batch
 
-    def _batch_fn(self, keys: list[Any]) -> list[torch.Tensor]:
-        """The batcher's function: next-token requests and prefix requests, cached."""
-        requests = [k for k in keys if type(k) is not PrefixRequest]
-        if len(requests) == len(keys):
-            return self._next_token_rows(keys)
-        prefix_requests = [k for k in keys if type(k) is PrefixRequest]
-        rows_of_requests = self._next_token_rows(requests) if requests else []
-        if len(rows_of_requests) != len(requests):
-            raise BatchSizeMismatchError(
-                f"{type(self).__name__}.compute_batch returned {len(rows_of_requests)} "
-                f"results for {len(requests)} requests"
-            )
-        results: dict[Any, torch.Tensor] = dict(zip(requests, rows_of_requests, strict=True))
-        outs = list(self.compute_prefix_batch(prefix_requests))
-        self.heap_trimmer.maybe_trim()
-        if len(outs) != len(prefix_requests):
-            raise BatchSizeMismatchError(
-                f"{type(self).__name__}.compute_prefix_batch returned {len(outs)} results "
-                f"for {len(prefix_requests)} requests"
-            )
-        for req, rows in zip(prefix_requests, outs, strict=True):
-            rows = [self._owned(row) for row in rows]
-            expected = len(req.token_ids) - req.start
-            if len(rows) != expected:
-                raise BackendContractError(
-                    f"{type(self).__name__}.compute_prefix_batch returned {len(rows)} rows "
-                    f"for a sequence of {len(req.token_ids)} tokens from position "
-                    f"{req.start}; expected {expected}, one per prefix"
-                )
-            if self.cache is not None:
-                for prefix, row in zip(req.prefixes(), rows, strict=True):
-                    self.cache[prefix] = row
-            results[req] = torch.stack(rows)
-        return [results[k] for k in keys]
-
-    def _next_token_rows(self, requests: list[Request]) -> list[torch.Tensor]:
-        outs = list(self.compute_batch(requests))
-        with self._batch_counts_lock:
-            self._batch_counts[0] += 1
-            self._batch_counts[1] += len(requests)
-        if len(outs) == len(requests):
-            outs = [self._owned(out) for out in outs]
-            if self.cache is not None:
-                for req, out in zip(requests, outs, strict=True):
-                    self.cache[req] = out
-        self.heap_trimmer.maybe_trim()
-        return outs
-
-    def _owned(self, out: Any) -> torch.Tensor:
-        """``out`` checked, and copied if it is a view (it would pin its whole batch).
-
-        Rows of the pool are whole: asking for their storage would keep one more Python
-        object per cached row alive, for the garbage collector to scan.
-        """
-        self._check_output(out)
-        if not self.row_pool.owns(out) and out.untyped_storage().nbytes() > out.nbytes:
-            return out.clone()
-        return out
-
-    def _check_output(self, out: Any) -> None:
-        if not isinstance(out, torch.Tensor) or out.shape != (len(self.byte_vocab),):
-            shape = getattr(out, "shape", None)
-            raise BackendContractError(
-                f"{type(self).__name__}.compute_batch returned {type(out).__name__} of shape "
-                f"{shape}; expected a torch.Tensor of shape ({len(self.byte_vocab)},)"
-            )
-
-    def _batcher(self) -> AutoBatcher:
-        loop = asyncio.get_running_loop()
-        batcher = self._batchers.get(loop)
-        if batcher is None or batcher.closed:
-            worker = self._worker_thread
-            if worker is None or worker.closed:
-                worker = self._worker_thread = WorkerThread(
-                    f"{type(self).__name__}.worker", self.init_worker_thread
-                )
-            batcher = AutoBatcher(
-                self._batch_fn,
-                max_batch_size=self.batch_size,
-                max_wait=self.max_wait,
-                name=f"{type(self).__name__}.batcher",
-                worker_thread=worker,
-            )
-            self._batchers[loop] = batcher
-        return batcher
+    def _batcher(self) -> Any:
+        """The running event loop's batcher (see :class:`~genlm_core.runtime.LoopBatchers`)."""
+        return self._loop_batchers.get()
 
     async def next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None
@@ -229,8 +184,8 @@ class BatchedAsyncLM(AsyncLMBase):
         if self.cache is not None:
             hit = self.cache.get(req)
             if hit is not None:
-                return hit
-        return await self._batcher().submit(req)
+                return _rows.private(hit)
+        return await self._batcher().submit(req)  # the caller's own (see _batch_fn)
 
     def next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None
@@ -275,13 +230,7 @@ class BatchedAsyncLM(AsyncLMBase):
                 missing.append(req)
         for start in range(0, len(missing), self.batch_size):
             chunk = missing[start : start + self.batch_size]
-            outs = self._batch_fn(chunk)
-            if len(outs) != len(chunk):
-                raise BatchSizeMismatchError(
-                    f"{type(self).__name__}.compute_batch returned {len(outs)} results "
-                    f"for {len(chunk)} requests"
-                )
-            results.update(zip(chunk, outs, strict=True))
+            results.update(zip(chunk, raise_failures(self._batch_fn(chunk)), strict=True))
         return torch.stack([results[r] for r in reqs])
 
     async def prefix_next_token_logprobs(
@@ -324,7 +273,8 @@ class BatchedAsyncLM(AsyncLMBase):
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
             first = missing[0]
-            return _after(rows[:first], self._batch_fn([_from(req, first)])[0])
+            (computed,) = raise_failures(self._batch_fn([_from(req, first)]))
+            return _after(rows[:first], computed)
         return self.batch_next_token_logprobs_sync(
             [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
         )
@@ -397,19 +347,31 @@ class BatchedAsyncLM(AsyncLMBase):
             return one_batch
         return max(one_batch, budget - cache.nbytes)
 
-    def _drop_adapter_outputs(self, lora_name: str) -> None:
-        """Drop the cached outputs of adapter ``lora_name`` (it was replaced or removed)."""
+    def _forget_adapter_outputs(self, lora_name: str) -> None:
+        """Drop the cached outputs of adapter ``lora_name`` (it was replaced or removed).
+
+        Only to free their memory: keyed by the old version, they could never be served.
+        """
         if self.cache is not None:
-            self.cache.remove_if(lambda key: getattr(key, "lora_name", None) == lora_name)
+            self.cache.remove_if(lambda key: key.lora_name == lora_name)
+
+    async def aclose(self) -> None:
+        """Compute every call already made on this event loop, then :meth:`cleanup`.
+
+        What ``async with lm:`` does on exit: calls made inside the block get their
+        answers (queued ones are computed, not failed). Idempotent.
+        """
+        if self._closed:
+            return
+        try:
+            await self._loop_batchers.aclose(drain=True)
+        finally:
+            self.cleanup()
 
     def _release(self) -> None:
-        for batcher in list(self._batchers.values()):
-            batcher.close()
-        self._batchers.clear()
-        if self._worker_thread is not None:
-            self._worker_thread.shutdown()  # after the batches already handed to it
+        self._loop_batchers.close()  # queued calls fail; the worker ends after its batches
+        super()._release()  # waits for a computation in flight, unloads adapters
         self.row_pool.close()
-        super()._release()
 
 
 def _from(req: PrefixRequest, skip: int) -> PrefixRequest:
@@ -418,5 +380,22 @@ def _from(req: PrefixRequest, skip: int) -> PrefixRequest:
 
 
 def _after(known: list[Any], computed: torch.Tensor) -> torch.Tensor:
-    """The rows ``known`` (leading) followed by ``computed``."""
+    """The rows ``known`` (leading) followed by ``computed`` (the caller's own already)."""
     return torch.cat([torch.stack(known), computed]) if known else computed
+
+
+def _max_wait(max_wait: Any, timeout: Any) -> float:
+    """``max_wait`` or its genlm-backend alias ``timeout``, checked."""
+    if max_wait is not None and timeout is not None:
+        raise ValueError(
+            f"got timeout={timeout!r} and max_wait={max_wait!r}; they are the same setting "
+            f"(timeout is genlm-backend's name for it): give one"
+        )
+    name, value = ("timeout", timeout) if timeout is not None else ("max_wait", max_wait)
+    if value is None:
+        return 0.0
+    if not is_seconds(value):
+        raise ValueError(
+            f"{name} must be a finite number of seconds >= 0 (max_wait), got {value!r}"
+        )
+    return float(value)

@@ -1,0 +1,88 @@
+"""ComputeGate: when a model's computations may run, and who may change the model meanwhile.
+
+Why. A model is called from its worker thread (async callers, batched) and from any
+thread that uses the sync methods. A backend written as docs/plugins.md describes, a
+``compute_batch`` with no lock of its own, must never see two calls at once; and
+loading or unloading a LoRA adapter, or freeing the model, must never happen while a
+batch computes with it. The gate gives both:
+
+* :meth:`ComputeGate.computing`: one computation at a time, or several at once for a
+  backend that declares itself thread-safe;
+* :meth:`ComputeGate.exclusive`: no computation at all (it waits for those running and
+  holds new ones back), for changes to the model.
+
+Both are reentrant for the thread that holds them, so a backend's own code may nest
+them (an adapter hook that clears a cache taking exclusive access again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+__all__ = ["ComputeGate"]
+
+
+class ComputeGate:
+    """Admits computations one at a time (or together) and exclusive changes alone.
+
+    Args:
+        concurrent: Let computations overlap (a thread-safe backend); they still never
+            overlap an exclusive section.
+    """
+
+    def __init__(self, concurrent: bool = False) -> None:
+        self.concurrent = bool(concurrent)
+        self._cond = threading.Condition(threading.Lock())
+        self._computing: dict[int, int] = {}  # thread id -> nesting depth
+        self._owner: int | None = None  # thread holding exclusive access
+        self._owner_depth = 0
+        self._waiting_exclusive = 0  # writers waiting: new computations hold back
+
+    @contextlib.contextmanager
+    def computing(self) -> Iterator[None]:
+        """Hold while computing with the model."""
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner != me and me not in self._computing:
+                while not self._may_compute():
+                    self._cond.wait()
+            self._computing[me] = self._computing.get(me, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                depth = self._computing.pop(me) - 1
+                if depth:
+                    self._computing[me] = depth
+                else:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold while changing the model: waits for running computations, admits none."""
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner != me:
+                self._waiting_exclusive += 1
+                try:
+                    while self._owner is not None or any(t != me for t in self._computing):
+                        self._cond.wait()
+                finally:
+                    self._waiting_exclusive -= 1
+                self._owner = me
+            self._owner_depth += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._owner_depth -= 1
+                if not self._owner_depth:
+                    self._owner = None
+                    self._cond.notify_all()
+
+    def _may_compute(self) -> bool:
+        if self._owner is not None or self._waiting_exclusive:
+            return False
+        return self.concurrent or not self._computing
