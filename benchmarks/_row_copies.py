@@ -11,15 +11,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import genlm_core.batched_lm as _batched
+from genlm_core.lm import _rows
 
 
 @contextlib.contextmanager
 def rows_shared() -> Iterator[None]:
     """Inside the block, callers get the shared row, not a copy (benchmarks only)."""
-    saved = _batched._private
-    _batched._private = lambda row: row
+    saved = _rows.private
+    _rows.private = lambda row: row
     try:
         yield
     finally:
-        _batched._private = saved
+        _rows.private = saved

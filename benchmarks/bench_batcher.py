@@ -40,7 +40,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from genlm_core.batching import AutoBatcher
+from genlm_core.runtime import AutoBatcher
 
 CALLERS = (1, 64, 1024)
 

@@ -15,6 +15,11 @@ Scenarios (bars from issue 13):
 * ``beams``: 8 beams with different prompts (prefilled, not timed) each generating 32
   bytes greedily, all at once with ``asyncio.gather``. Figures: aggregate bytes/s (bar
   >= 3x) and the mean number of rows per forward.
+* ``exact`` (issue 20, :mod:`bytes_exact` beside this file): ExactByteState's prefill
+  against our K=4 beam (bar >= 1.0x) and genlm-bytes, and its greedy 64 bytes against
+  our unpruned K=64 beam (bar >= 5x), the K=4 beam and genlm-bytes, with forwards per
+  byte, candidates per step and the share of time in the forward. The K=64 beam's
+  untimed prefill of the text takes minutes on a CPU.
 * ``memory`` (ours only, in a subprocess): a 5,000-byte prefill, then 10,000 greedy
   steps; resident memory sampled along, beside the bytes the model's caches hold
   (they are budgeted: 256 MiB of keys/values, 32 MiB of log-probs). Bar: what is not
@@ -52,7 +57,7 @@ warnings.filterwarnings("ignore", message="Sparse")  # inside genlm-bytes
 import torch  # noqa: E402
 from _row_copies import rows_shared  # noqa: E402
 
-SCENARIOS = ("prefill", "greedy", "beams", "memory")
+SCENARIOS = ("prefill", "greedy", "beams", "exact", "memory")
 MODEL = "smollm2-135m-instruct"
 PARAMS = {"K": 4, "prune_threshold": 0.05, "heal": True}
 TEXT = (
@@ -344,6 +349,11 @@ def main() -> None:
             f"{median_stat(stats['ours'], 1):.1f}; forwards {median_stat(stats['ref'], 0):.0f} "
             f"vs {median_stat(stats['ours'], 0):.0f}; same bytes: {outs['ours'] == outs['ref']}"
         )
+    if "exact" in only:
+        from bytes_exact import exact_races
+
+        ratios = exact_races(hf_model, tokenizer, clock, repeats, args.quick, TEXT, Library)
+        results.update({f"exact {k}": round(v, 2) for k, v in ratios.items()})
     for lib in libs.values():
         lib.lm.cleanup() if hasattr(lib.lm, "cleanup") else None
     if "memory" in only:

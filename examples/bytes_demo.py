@@ -11,6 +11,13 @@
 
 Each line prints the text and its log-probability under the byte-level model.
 
+3. **Exact, beside the beam.** SmolLM2's tokenizer is byte-level BPE, so
+   ``ExactByteState`` computes the same byte-level distribution with no beam: every
+   canonical tokenization of the prompt is kept (``Fr|ance`` inside ``" Fra"``
+   included: healing by construction). Both read the mid-word prompt; the demo prints
+   their next-byte top 3, greedy continuations and ``log P(prompt)``, then the exact
+   bits per byte of a paragraph against the beam's estimate (``log_likelihood``).
+
 Run:  python examples/bytes_demo.py          (nox -s demo-bytes installs and runs it)
       python examples/bytes_demo.py --model DIR   (a local Hugging Face model, or a hub id)
 """
@@ -28,7 +35,12 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from genlm_core import load_model_by_name  # noqa: E402
-from genlm_core.bytes import BeamParams, ByteBeamState  # noqa: E402
+from genlm_core.bytes import (  # noqa: E402
+    BeamParams,
+    ByteBeamState,
+    ExactByteState,
+    log_likelihood,
+)
 
 
 async def generate(beam, steps: int, banned: bytes = b"") -> tuple[bytes, float]:
@@ -75,9 +87,40 @@ async def main(model: str, steps: int) -> None:
             f"{time.perf_counter() - t:.1f} s"
         )
         assert not set(text) & set(banned)
+    await exact_beside_beam(llm, start, steps)
     stats = llm.output_cache_info()
     print(f"\noutput cache: {stats['entries']} log-prob rows; K/V cache: {llm.kv_cache_stats}")
     llm.cleanup()
+
+
+async def exact_beside_beam(llm, beam_start, steps: int) -> None:
+    """The mid-word prompt read exactly and by the beam; bits per byte of a paragraph."""
+    t = time.perf_counter()
+    exact_start = await ExactByteState.initial(llm)
+    print(f"\nExactByteState (no beam) ready in {time.perf_counter() - t:.1f} s")
+    prompt = b"The capital of Fra"
+    for label, start in [("exact", exact_start), ("beam ", beam_start)]:
+        t = time.perf_counter()
+        state = await start.prefill(prompt)
+        top = (await state.logp_next()).pretty().top(3)
+        text = await state.greedy(b"", steps // 2)
+        shown = ", ".join(f"{k!r}: {v:.3f}" for k, v in top.items())
+        print(
+            f"[{label}] {prompt.decode()}|{text.decode(errors='replace')}\n"
+            f"    next byte top 3: {shown}; log P(prompt) = {state.logZ:.4f}; "
+            f"{time.perf_counter() - t:.1f} s"
+        )
+    paragraph = (
+        b"The history of the city dates back to the Roman period, when a small settlement "
+        b"grew up around a bridge over the river."
+    )
+    exact = await log_likelihood(llm, paragraph)
+    beam = await beam_start.prefill(paragraph)
+    estimate = -beam.logZ / (len(paragraph) * math.log(2))
+    print(
+        f"bits per byte of a {len(paragraph)}-byte paragraph: exact {exact.bits_per_byte:.4f}, "
+        f"beam estimate {estimate:.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ _EXPORTS = {
     "list_backends": "genlm_core.loading",
     "resolve_backend": "genlm_core.loading",
     # machinery
-    "AutoBatcher": "genlm_core.batching",
+    "AutoBatcher": "genlm_core.runtime",
     "OutputCache": "genlm_core.cache",
     "Token": "genlm_core.tokenization",
     "decode_vocab": "genlm_core.tokenization",
@@ -101,7 +101,6 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from genlm_core.batching import AutoBatcher
     from genlm_core.cache import OutputCache
     from genlm_core.errors import (
         BackendContractError,
@@ -122,6 +121,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from genlm_core.llm import AsyncTransformer, AsyncVirtualLM  # noqa: F401 - not in __all__
     from genlm_core.lm import AsyncLM, AsyncLMBase, BatchedAsyncLM, PrefixRequest, Request
     from genlm_core.loading import list_backends, load_model_by_name, resolve_backend
+    from genlm_core.runtime import AutoBatcher
     from genlm_core.testing.mock import MockAsyncLM
     from genlm_core.tokenization import Token, decode_vocab
     from genlm_core.trie import (

@@ -9,10 +9,12 @@ command), ``doctor`` (the same plus library versions), ``models`` and ``fetch``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import json
 import os
 import platform
+import re
 import sys
 from typing import Any
 
@@ -24,6 +26,8 @@ DESCRIPTION = """\
 genlm: backends, models and diagnostics for genlm-core.
 
   genlm backends          which backends are installed, which can run here, and why
+  genlm backends --options NAME
+                          the options backend NAME's loader takes (llm_opts=...)
   genlm models            the embedded models (no model hub needed) and what is cached
   genlm fetch NAME        download and build an embedded model; prints its directory
   genlm doctor            backends plus versions of Python, torch and the engines
@@ -147,7 +151,40 @@ def _print_report(report: dict[str, Any]) -> None:
         print(f"Disabled plugin {d['plugin']}: {d['why']}")
 
 
+def _options(name: str, as_json: bool) -> int:
+    """Print the options of backend ``name``'s loader (what ``llm_opts`` may hold)."""
+    from genlm_core.errors import GenlmError
+    from genlm_core.loading import describe_options
+    from genlm_core.plugins import BackendRegistry, get_plugin_manager
+
+    try:
+        registered = BackendRegistry(get_plugin_manager()).get(name)
+        options = describe_options(registered.spec.load())
+    except GenlmError as exc:
+        print(f"genlm: {exc}", file=sys.stderr)
+        return 2
+    if as_json:
+        json.dump([dataclasses.asdict(o) for o in options], sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"Options of backend {name!r} ({registered.spec.loader}), for llm_opts=... :")
+    width = max((len(o.name) for o in options), default=0)
+    for o in options:
+        print(f"  {o.name:<{width}}  default {_plain(o.default)}")
+        if o.help:
+            print(f"  {'':<{width}}  {_plain(o.help)}")
+    return 0
+
+
+def _plain(text: str) -> str:
+    """Docstring markup as plain text: ``x`` -> x, :class:`~a.b.C` -> C."""
+    text = re.sub(r":\w+:`~?([\w.]+)`", lambda m: m[1].rsplit(".", 1)[-1], text)
+    return text.replace("``", "")
+
+
 def _backends(args: argparse.Namespace) -> int:
+    if getattr(args, "options", None):
+        return _options(args.options, args.json)
     report = _report()
     if args.command == "doctor":
         report = {"versions": _versions(), **report}
@@ -176,6 +213,12 @@ def _parser() -> argparse.ArgumentParser:
     ):
         cmd = sub.add_parser(name, help=text, description=text)
         cmd.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "backends":
+            cmd.add_argument(
+                "--options",
+                metavar="NAME",
+                help="list the options backend NAME's loader takes, with their defaults",
+            )
         cmd.set_defaults(run=_backends)
     add_commands(sub)
     return parser

@@ -11,7 +11,7 @@
 ``GENLM_TRIM_HEAP``
     ``1``/``0`` (also ``true``/``false``, ``on``/``off``, ``yes``/``no``): whether models
     return freed heap memory to the OS after batches, over each backend's default
-    (see :mod:`genlm_core.heap`); a model's ``trim_heap=`` option wins over it.
+    (see genlm_core.runtime.HeapTrimmer); a model's ``trim_heap=`` option wins over it.
 
 (``GENLM_ASSETS_DIR``, the test-asset cache, is read by :mod:`genlm_core.assets`.)
 """

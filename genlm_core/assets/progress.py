@@ -1,4 +1,4 @@
-"""A progress bar (tqdm) over a download that another process writes.
+"""A progress bar (tqdm, when installed) over a download that another process writes.
 
 pip and npm are run as subprocesses with their output captured (so that a failure
 can be reported with its cause), which hides their own progress display. Instead,
@@ -13,8 +13,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-
-from tqdm.auto import tqdm
 
 __all__ = ["watch_download"]
 
@@ -42,8 +40,14 @@ def watch_download(
         total: Expected size in bytes, or None if unknown (the bar then counts up).
         label: What is downloaded, shown before the bar.
         enabled: Force the bar on or off; by default it shows only when stderr is a
-            terminal (tqdm's ``disable=None``), so logs and tests stay clean.
+            terminal (tqdm's ``disable=None``), so logs and tests stay clean. Without
+            tqdm (the ``assets`` extra brings it) there is no bar.
     """
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        yield
+        return
     bar = tqdm(
         total=total,
         desc=label,

@@ -15,19 +15,28 @@ submodules included)::
     logp = await beam.logp_next()            # 258 entries: bytes, EOT (256), EOS (257)
     beam = await (beam.prune() << ord("d"))
 
-See ``docs/bytes.md`` for what the beam approximates and how ``K`` and pruning trade
-accuracy for speed.
+For byte-level BPE models (GPT-2, Llama-3, SmolLM2, ...), :class:`ExactByteState` has
+the same interface and computes the next-byte distribution exactly over canonical
+tokenizations, with no ``K`` and no threshold::
+
+    state = await ExactByteState.initial(llm)
+    state = await state.prefill(b"The capital of Fra")   # logZ: exact log P(bytes)
+
+See ``docs/bytes.md`` for what each computes, and how ``K`` and pruning trade accuracy
+for speed.
 """
 
 from __future__ import annotations
 
 from genlm_core.bytes.byte_lm.beam import ByteBeamState
+from genlm_core.bytes.byte_lm.exact import ExactByteState
 from genlm_core.bytes.byte_lm.heal import TokenHealer
 from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
 from genlm_core.bytes.byte_lm.params import BeamParams
 from genlm_core.bytes.byte_lm.trie_state import LazyTrieState
 from genlm_core.bytes.chart import Chart
 from genlm_core.bytes.errors import (
+    CanonicalityUnsupportedError,
     EmptyBeamError,
     InvalidBeamParamsError,
     InvalidByteError,
@@ -36,6 +45,7 @@ from genlm_core.bytes.errors import (
     NaNLogProbError,
     NotMaterializedError,
 )
+from genlm_core.bytes.likelihood import TextLikelihood, log_likelihood
 from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs
 from genlm_core.trie.async_trie import AsyncTokenByteTrie
 from genlm_core.trie.byte_trie import TokenByteTrie, TrieMode
@@ -46,8 +56,10 @@ __all__ = [
     "AsyncTokenByteTrie",
     "BeamParams",
     "ByteBeamState",
+    "CanonicalityUnsupportedError",
     "Chart",
     "EmptyBeamError",
+    "ExactByteState",
     "InvalidBeamParamsError",
     "InvalidByteError",
     "InvalidByteProbsError",
@@ -58,6 +70,8 @@ __all__ = [
     "NotMaterializedError",
     "StatefulTokenizedLM",
     "TokenByteTrie",
+    "TextLikelihood",
     "TokenHealer",
     "TrieMode",
+    "log_likelihood",
 ]

@@ -7,9 +7,10 @@ for genlm-bytes keeps catching them.
 
 from __future__ import annotations
 
-from genlm_core.errors import GenlmError
+from genlm_core.errors import GenlmError, UnsupportedTokenizerError
 
 __all__ = [
+    "CanonicalityUnsupportedError",
     "EmptyBeamError",
     "InvalidBeamParamsError",
     "InvalidByteError",
@@ -50,6 +51,14 @@ class NotMaterializedError(GenlmError, ValueError):
 
 class MissingStartTokenError(GenlmError, ValueError):
     """The tokenizer has neither a BOS nor an EOS token to start the context with."""
+
+
+class CanonicalityUnsupportedError(UnsupportedTokenizerError):
+    """``ExactByteState`` does not cover this tokenizer; ``ByteBeamState`` works with any.
+
+    Raised for tokenizers that are not byte-level BPE (SentencePiece, Unigram, byte
+    fallback) or whose normalizer or pre-tokenizer canonicality cannot be read from.
+    """
 
 
 class NaNLogProbError(GenlmError, ValueError):

@@ -65,3 +65,24 @@ def genlm_select_backend(model_name: str, candidates: list[str]) -> str | None:
 
     .. versionadded:: 0.1
     """
+
+
+@hookspec(firstresult=True)
+def genlm_resolve_model_name(name: str) -> str | None:
+    """Turn a model name this plugin knows into a local directory a backend can load.
+
+    Asked by :func:`~genlm_core.loading.resolve_model_name` (which every official
+    backend's ``from_name`` calls) for a name that is not an existing directory,
+    before it is taken for a hub id. genlm-core's own embedded models (built from
+    PyPI packages into the asset cache) answer through this hook; a site could add a
+    model zoo the same way.
+
+    Args:
+        name: The model name as the user wrote it.
+
+    Returns:
+        A local directory holding the model, or None when the name is not this
+        plugin's. Raise (with the fix in the message) when it is, but cannot be made.
+
+    .. versionadded:: 0.1
+    """

@@ -31,7 +31,11 @@ __all__ = [
 ENTRY_POINT_GROUPS = ("genlm.backends", "genlm.tries")
 
 #: Modules inside genlm-core registered as plugins on every manager.
-BUILTIN_PLUGINS = ("genlm_core._builtin.mock_backend", "genlm_core._builtin.tries")
+BUILTIN_PLUGINS = (
+    "genlm_core._builtin.mock_backend",
+    "genlm_core._builtin.tries",
+    "genlm_core._builtin.embedded_models",
+)
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from genlm_core.adapters import LoraAdapter
-from genlm_core.backend_compat import GenlmBackendCompat
 from genlm_core.errors import GenlmError
-from genlm_core.lm import BatchedAsyncLM, Request
+from genlm_core.lm import BatchedAsyncLM, GenlmBackendCompat, LoraAdapter, Request
 
 __all__ = ["MockAsyncLM"]
 
@@ -119,7 +117,7 @@ def _load_tokenizer(model_name: str) -> Any:
         from genlm_core.assets import tokenizer_dir
 
         return AutoTokenizer.from_pretrained(tokenizer_dir(ASSET_ALIASES[model_name]))
-    from genlm_core.model_names import cached_snapshot, resolve_model_name
+    from genlm_core.loading import cached_snapshot, resolve_model_name
 
     name = resolve_model_name(model_name)  # an embedded model; no such directory; hub checks
     if not Path(name).is_dir():

@@ -4,7 +4,7 @@ Why. A batch's masses are large (32 distributions over Llama-3's 404k nodes: 52 
 of float32) and allocations that large are fresh ``mmap`` pages every time: their
 first-touch page faults cost as much as the kernel that fills them (measured on this
 project's 2-core machine: 17.6 ms into fresh memory against 10.4 ms into memory
-touched before). Each output is a pooled block (:class:`~genlm_core.row_pool.RowPool`,
+touched before). Each output is a pooled block (:class:`~genlm_core.runtime.RowPool`,
 one "row" of ``batch * nodes`` values); it comes back to the pool when nothing uses
 it any more, so the next batch of the same size writes into warm pages.
 
@@ -19,7 +19,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from genlm_core.row_pool import RowPool
+from genlm_core.runtime import RowPool
 
 __all__ = ["BatchOutputs"]
 

@@ -1,6 +1,6 @@
 """``AsyncTokenCharacterTrie``: concurrent ``await weight_sum(ws)`` calls, batched.
 
-Each request becomes one key of a :class:`~genlm_core.batching.AutoBatcher`; the
+Each request becomes one key of a :class:`~genlm_core.runtime.AutoBatcher`; the
 batch function groups the keys by operation and makes one ``batch_weight_sum`` /
 ``batch_weight_max`` call per group, in the batcher's worker thread (the numba
 kernels release the GIL, so the event loop keeps running meanwhile).
@@ -13,13 +13,12 @@ shape) fails only that caller: the group is then recomputed request by request.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
-from genlm_core.batching import AutoBatcher
+from genlm_core.runtime import LoopBatchers, RequestFailure
 from genlm_core.trie.errors import InvalidWeightsError
 from genlm_core.trie.protocols import CharacterTrie
 from genlm_core.trie.weights import as_batch
@@ -58,8 +57,11 @@ class AsyncTokenCharacterTrie:
         self.trie = trie
         self.max_batch_size = max_batch_size
         self.max_wait = max_wait
-        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AutoBatcher] = (
-            weakref.WeakKeyDictionary()
+        self._batchers = LoopBatchers(
+            self._run_batch,
+            name=f"{type(self).__name__}({type(trie).__name__})",
+            max_batch_size=max_batch_size,
+            max_wait=max_wait,
         )
 
     @classmethod
@@ -126,43 +128,21 @@ class AsyncTokenCharacterTrie:
                 f"{type(self).__name__}.start() must be called from async code (inside a "
                 f"running event loop); requests (await trie.weight_sum(ws)) start it anyway"
             ) from None
-        self._batcher()
+        self._batchers.get()
 
     async def cleanup(self) -> None:
         """Stop batching: queued requests fail, the running batch finishes.
 
         Idempotent. A later request starts a fresh batcher, as in genlm-backend.
         """
-        batchers = list(self._batchers.values())
-        self._batchers.clear()
-        for batcher in batchers:
-            await batcher.aclose()
+        await self._batchers.aclose()
 
     def shutdown(self) -> None:
         """Synchronous :meth:`cleanup` (does not wait for the running batch)."""
-        batchers = list(self._batchers.values())
-        self._batchers.clear()
-        for batcher in batchers:
-            batcher.close()
-
-    def _batcher(self) -> AutoBatcher:
-        """This event loop's batcher, created on first use."""
-        loop = asyncio.get_running_loop()
-        batcher = self._batchers.get(loop)
-        if batcher is None or batcher.closed:
-            batcher = self._batchers[loop] = AutoBatcher(
-                self._run_batch,
-                max_batch_size=self.max_batch_size,
-                max_wait=self.max_wait,
-                name=f"{type(self).__name__}({type(self.trie).__name__})",
-            )
-        return batcher
+        self._batchers.close()
 
     async def _submit(self, op: Hashable, ws: Any) -> Any:
-        result = await self._batcher().submit(_Request(op, ws))
-        if isinstance(result, InvalidWeightsError):
-            raise result
-        return result
+        return await self._batchers.get().submit(_Request(op, ws))
 
     def _compute(self, op: Hashable, batch: list[Any]) -> Any:
         """One batch call of the trie for requests of operation ``op``."""
@@ -190,7 +170,7 @@ class AsyncTokenCharacterTrie:
         try:
             return self._compute(op, [ws])[0]
         except InvalidWeightsError as exc:
-            return exc
+            return RequestFailure(exc)  # fails this request alone
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.trie!r})"

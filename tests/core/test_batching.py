@@ -8,7 +8,6 @@ loop pass) and with threading events that hold a batch inside ``batch_fn``. The
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 import time
 from collections.abc import Awaitable
@@ -19,7 +18,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from genlm_core.batching import AutoBatcher, BatcherStats, WorkerThread
 from genlm_core.errors import (
     BatcherClosedError,
     BatcherLoopError,
@@ -27,6 +25,7 @@ from genlm_core.errors import (
     GenlmError,
     WorkerInitError,
 )
+from genlm_core.runtime import AutoBatcher, BatcherStats, WorkerThread
 
 T = TypeVar("T")
 GUARD = 30.0  # seconds before a hang is reported as a failure
@@ -265,15 +264,6 @@ async def test_event_loop_keeps_running_while_batch_fn_computes(rec: Recorder) -
     rec.release(0)
     assert await within(fut) == ("r", "a")
     await within(batcher.aclose())
-
-
-async def test_given_executor_is_used_and_not_shut_down(rec: Recorder) -> None:
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mine") as pool:
-        batcher = AutoBatcher(rec, executor=pool)
-        assert await within(batcher.submit(1)) == ("r", 1)
-        assert rec.threads[0].name.startswith("mine")
-        await within(batcher.aclose())
-        assert pool.submit(lambda: 7).result(GUARD) == 7
 
 
 async def test_tensor_like_results_are_split_per_key() -> None:
@@ -667,12 +657,14 @@ async def test_thread_initializer_runs_once_in_the_worker_before_the_first_batch
     rec: Recorder,
 ) -> None:
     seen: list[tuple[threading.Thread, int]] = []
-    b = AutoBatcher(
-        rec, thread_initializer=lambda: seen.append((threading.current_thread(), len(rec.batches)))
+    worker = WorkerThread(
+        "init", lambda: seen.append((threading.current_thread(), len(rec.batches)))
     )
+    b = AutoBatcher(rec, worker_thread=worker)
     assert await within(b.submit(1)) == ("r", 1)
     assert await within(asyncio.gather(b.submit(2), b.submit(3))) == [("r", 2), ("r", 3)]
     await b.aclose()
+    worker.shutdown()
     assert len(seen) == 1
     thread, batches_before = seen[0]
     assert batches_before == 0
@@ -684,18 +676,20 @@ async def test_failing_thread_initializer_fails_each_batch_with_the_reason(rec: 
     def boom() -> None:
         raise OSError("no such library")
 
-    b = AutoBatcher(rec, thread_initializer=boom, name="demo")
+    worker = WorkerThread("demo", boom)
+    b = AutoBatcher(rec, worker_thread=worker)
     for key in (1, 2):  # every batch fails the same way; none hangs, none runs
         with pytest.raises(WorkerInitError, match="demo.*OSError: no such library") as info:
             await within(b.submit(key))
         assert isinstance(info.value.__cause__, OSError)
     assert rec.batches == []
     await b.aclose()
+    worker.shutdown()
 
 
 def test_thread_initializer_must_be_callable() -> None:
-    with pytest.raises(ValueError, match="thread_initializer must be callable"):
-        AutoBatcher(lambda keys: keys, thread_initializer=42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="initializer must be callable"):
+        WorkerThread("w", initializer=42)  # type: ignore[arg-type]
 
 
 # -- a worker thread shared between batchers ----------------------------------------------
@@ -731,16 +725,9 @@ async def test_a_shut_down_worker_thread_fails_batches_instead_of_hanging(rec: R
     await b.aclose()
 
 
-def test_one_place_to_run_batches() -> None:
-    worker = WorkerThread("w")
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        with pytest.raises(ValueError, match="at most one of .*executor and worker_thread"):
-            AutoBatcher(lambda keys: keys, executor=pool, worker_thread=worker)
-    with pytest.raises(ValueError, match="worker_thread and thread_initializer"):
-        AutoBatcher(lambda keys: keys, worker_thread=worker, thread_initializer=print)
+def test_worker_thread_must_be_a_worker_thread() -> None:
     with pytest.raises(ValueError, match="worker_thread must be a WorkerThread"):
         AutoBatcher(lambda keys: keys, worker_thread=object())  # type: ignore[arg-type]
-    worker.shutdown()
 
 
 def test_a_job_submitted_while_shutting_down_is_failed_not_lost() -> None:

@@ -12,7 +12,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from genlm_core.cache import OutputCache, nbytes_of
+from genlm_core.cache import OutputCache
+from genlm_core.runtime import nbytes_of
 
 
 def arr(n_floats: int, fill: float = 0.0) -> np.ndarray:
@@ -247,7 +248,7 @@ def test_concurrent_writers_and_readers_keep_the_invariants() -> None:
 
 
 def test_dropped_values_die_after_the_size_is_updated() -> None:
-    """A value's finalizer (genlm_core.row_pool) may read the cache: it sees the new size."""
+    """A value's finalizer (genlm_core.runtime.RowPool) may read the cache: it sees the new size."""
     import weakref
 
     class Value:

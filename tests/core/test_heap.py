@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from genlm_core import heap
-from genlm_core.heap import HeapTrimmer, trim_heap
+from genlm_core.runtime import HeapTrimmer, trim_heap
+from genlm_core.runtime import _heap as heap
 
 GLIBC = heap._MALLOC_TRIM is not None
 

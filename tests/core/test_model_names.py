@@ -17,7 +17,7 @@ from huggingface_hub import constants
 
 from genlm_core import assets
 from genlm_core.errors import InvalidArgumentError, ModelNotFoundError
-from genlm_core.model_names import resolve_model_name
+from genlm_core.loading import resolve_model_name
 
 FAST_S = 5.0  # the hub client's retries took ~54 s before
 

@@ -93,3 +93,65 @@ def test_plugin_api_is_import_light():
 
 def test_plugins_all():
     assert {"hookimpl", "BackendSpec", "TrieSpec", "Availability"} <= set(plugins.__all__)
+
+
+#: Each package's public surface, written out: a name added or dropped is a decision.
+PACKAGE_SURFACES = {
+    "genlm_core.lm": [
+        "AsyncLM", "AsyncLMBase", "BatchedAsyncLM", "DEFAULT_CACHE_BYTES",
+        "GenlmBackendCompat", "LoraAdapter", "PrefixRequest", "Request", "sampling_args",
+    ],
+    "genlm_core.runtime": [
+        "AutoBatcher", "BatcherStats", "ComputeGate", "HeapTrimmer", "LoopBatchers",
+        "OutputCache", "RequestFailure", "RowPool", "RowPoolStats", "WorkerThread",
+        "nbytes_of", "process_trimmer", "trim_heap", "trimming_wanted",
+    ],
+    "genlm_core.loading": [
+        "DTYPES", "Option", "accepted_options", "cached_snapshot", "check_dtype",
+        "describe_options", "embedded_model", "list_backends", "load_model_by_name",
+        "merge_engine_options", "resolve_backend", "resolve_model_name",
+    ],
+    "genlm_core.backend_kit": [
+        "DEFAULT_KV_CACHE_BYTES", "DEFAULT_MAX_BATCH_KV_BYTES", "EngineLM", "MIN_SHARED",
+        "PlannedRow", "PrefixCacheStats", "PrefixCachedLM", "PrefixNode", "PrefixTree",
+        "is_int_at_least", "is_integer", "max_positions_of", "plan_groups",
+        "require_pieces", "require_version", "shared_prefixes", "version_supported",
+    ],
+    "genlm_core.testing": ["AsyncLMConformance", "ByteTokenizer", "LoraConformance", "MockAsyncLM"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_SURFACES))
+def test_each_package_surface_is_pinned_and_resolves(package):
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == sorted(PACKAGE_SURFACES[package])
+    for name in module.__all__:
+        assert getattr(module, name) is not None
+
+
+def test_concept_packages_keep_their_modules_internal():
+    """lm/, runtime/, loading/, backend_kit/: every module but __init__ is underscored."""
+    from pathlib import Path
+
+    root = Path(genlm_core.__file__).parent
+    for package in ("lm", "runtime", "loading", "backend_kit"):
+        public = [p.name for p in (root / package).glob("*.py") if not p.name.startswith("_")]
+        assert public == [], f"genlm_core.{package} has public modules {public}"
+
+
+def test_genlm_backend_import_paths_keep_working():
+    from genlm_core.cache import OutputCache
+    from genlm_core.llm import AsyncLM, MockAsyncLM, load_model_by_name
+    from genlm_core.tokenization import Token, decode_vocab
+    from genlm_core.trie import AsyncTokenCharacterTrie, TokenCharacterTrie
+
+    assert OutputCache is genlm_core.OutputCache and AsyncLM is genlm_core.AsyncLM
+    assert MockAsyncLM and load_model_by_name and Token and decode_vocab
+    assert AsyncTokenCharacterTrie and TokenCharacterTrie
+
+
+def test_star_import_with_only_the_core_installed():
+    code = "from genlm_core import *; import genlm_core; print(len(dir(genlm_core)))"
+    env_code = f"import sys; sys.modules['genlm_hf'] = None; {code}"  # as if not installed
+    out = subprocess.run([sys.executable, "-c", env_code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from genlm_core.row_pool import RowPool
+from genlm_core.runtime import RowPool
 
 # gc.collect() here needs to see only what each test made (see conftest.young_gc).
 pytestmark = pytest.mark.usefixtures("young_gc")

@@ -11,8 +11,9 @@ from session_requires import require
 
 require("genlm_hf.lm", reason="genlm-hf is not installed")
 
-from genlm_core.row_pool import RowPool  # noqa: E402
-from genlm_hf._forward import Workspace, _logits_into, log_softmax_rows  # noqa: E402
+from genlm_core.runtime import RowPool  # noqa: E402
+from genlm_hf._logits import log_softmax_rows, logits_into  # noqa: E402
+from genlm_hf._workspace import Workspace  # noqa: E402
 from genlm_hf._threads import (  # noqa: E402
     SMALL_MODEL_PARAMETERS,
     auto_worker_threads,
@@ -106,7 +107,7 @@ def test_logits_into_writes_the_buffer_and_computes_the_same(bias):
     x = torch.randn(3, 1, 8)
     expected = model(x)
     ws = Workspace(keep_bytes=1 << 20)
-    with torch.no_grad(), _logits_into(model, ws):
+    with torch.no_grad(), logits_into(model, ws):
         got = model(x)
         assert "forward" in vars(model.head)
     assert "forward" not in vars(model.head)  # restored
@@ -123,11 +124,11 @@ def test_logits_into_leaves_other_heads_alone():
     for head in (Wrapped(8, 40), hooked):
         model = Head(head)
         ws = Workspace(keep_bytes=1 << 20)
-        with torch.no_grad(), _logits_into(model, ws):
+        with torch.no_grad(), logits_into(model, ws):
             model(torch.randn(2, 1, 8))
         assert ws.nbytes == 0
     plain = Head(torch.nn.Linear(8, 40))
-    with _logits_into(plain, ws):  # autograd on: left alone
+    with logits_into(plain, ws):  # autograd on: left alone
         assert "forward" not in vars(plain.head)
 
 
@@ -138,7 +139,7 @@ def test_work_shared_with_a_helper_thread_computes_the_same(bias, helper_late, o
     import concurrent.futures
     import time
 
-    from genlm_hf._forward import MIN_SPLIT_ROWS
+    from genlm_hf._logits import MIN_SPLIT_ROWS
 
     torch.manual_seed(0)
     model = Head(torch.nn.Linear(8, 5000, bias=bias))  # several column blocks of 64 rows
@@ -151,7 +152,7 @@ def test_work_shared_with_a_helper_thread_computes_the_same(bias, helper_late, o
         if helper_late:  # its core busy elsewhere: this thread takes more of the blocks
             helper.submit(time.sleep, 0.01)
         ws = Workspace(keep_bytes=1 << 24)
-        with torch.no_grad(), _logits_into(model, ws, helper, onednn):
+        with torch.no_grad(), logits_into(model, ws, helper, onednn):
             got = model(x)
         logits = torch.randn(MIN_SPLIT_ROWS * 2 + 3, 300)  # a short last block of rows
         rows = log_softmax_rows(logits, Workspace(keep_bytes=1 << 20), helper)

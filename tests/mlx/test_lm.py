@@ -134,7 +134,7 @@ def test_prefix_reuse_matches_plain_forward(mlx_models, key, seed):
 
 def test_results_unchanged_after_eviction(mlx_models):
     loaded = mlx_models("tiny-llama3")
-    per_token = loaded.lm()._bytes_per_token
+    per_token = loaded.lm().bytes_per_token
     with loaded.lm(cache_size=0, kv_cache_bytes=24 * per_token) as lm:
         check_tree(lm, seed=3)
         stats = lm.kv_cache_stats

@@ -146,7 +146,7 @@ def test_bad_adapter_path_and_lora_disabled_engine(engines, tmp_path):
     with pytest.raises(ModelLoadError, match="could not load LoRA adapter 'x'"):
         lm.add_new_lora(str(tmp_path / "missing"), "x")
     assert lm.lora_names == []
-    lm._lora_enabled = False  # as on an engine started without enable_lora
+    lm._lora_enabled_at_start = False  # as on an engine started without enable_lora
     with pytest.raises(InvalidArgumentError, match="enable_lora"):
         lm.add_new_lora(str(tmp_path), "x")
     lm.cleanup()

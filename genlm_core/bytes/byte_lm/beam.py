@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from genlm_core._validation import is_integer
 from genlm_core.bytes.byte_lm.heal import TokenHealer
 from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes
 from genlm_core.bytes.byte_lm.params import BeamParams
@@ -37,7 +38,6 @@ from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
 from genlm_core.bytes.errors import EmptyBeamError, InvalidBeamParamsError, InvalidByteError
 from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs, logsumexp
 from genlm_core.trie.async_trie import AsyncTokenByteTrie
-from genlm_core.validation import is_integer
 
 __all__ = ["BeamParams", "ByteBeamState"]
 
@@ -133,17 +133,7 @@ class ByteBeamState(StatefulByteLM):
         """
         if not self.states:
             raise EmptyBeamError("Beam is empty: it has no candidate to predict the next byte")
-        extended = await self.extend(self.logZ)
-        rows = np.empty((len(self.states) + len(extended), 258))
-        for i, state in enumerate(self.states):
-            rows[i] = state.logp_next.ps
-            rows[i] += state.weight
-        rows[: len(self.states), EOT] = -np.inf  # a token ends only by being extended
-        for i, state in enumerate(extended, len(self.states)):
-            rows[i] = state.logp_next.ps
-            rows[i] += state.weight
-        logps = _logsumexp_columns(rows)
-        return LazyByteProbs(logps - logsumexp(logps))
+        return next_byte_logps(self.states, await self.extend(self.logZ))
 
     async def extend(self, logZ: float) -> list[LazyTrieState]:  # noqa: N803 - genlm-bytes' name
         """End the token of every candidate that can: the new states, materialized.
@@ -268,6 +258,22 @@ def _check_byte(a: Any) -> int:
             f"text.encode('utf-8') to prefill(), or its bytes one by one"
         )
     return int(a)
+
+
+def next_byte_logps(states: list[Any], extended: list[Any]) -> LazyByteProbs:
+    """The next-byte distribution of candidates and of the candidates that ended a token.
+
+    Each candidate contributes its weight plus its own next-byte log-probabilities,
+    except end-of-token: a token ends only by being extended, and the extended
+    candidates contribute in its place. Normalised over bytes and EOS.
+    """
+    rows = np.empty((len(states) + len(extended), 258))
+    for i, state in enumerate([*states, *extended]):
+        rows[i] = state.logp_next.ps
+        rows[i] += state.weight
+    rows[: len(states), EOT] = -np.inf
+    logps = _logsumexp_columns(rows)
+    return LazyByteProbs(logps - logsumexp(logps))
 
 
 def _logsumexp_columns(rows: np.ndarray) -> np.ndarray:

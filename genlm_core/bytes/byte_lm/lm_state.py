@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from genlm_core._validation import is_integer
 from genlm_core.bytes.display import escape
 from genlm_core.bytes.errors import InvalidByteError, MissingStartTokenError
 from genlm_core.bytes.probs import EOS
 from genlm_core.errors import InvalidTokenIdsError
-from genlm_core.validation import is_integer
 
 __all__ = ["StatefulByteLM", "StatefulTokenizedLM", "sample_dict", "start_token_id"]
 

@@ -8,8 +8,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from genlm_core._validation import is_integer
 from genlm_core.bytes.errors import InvalidBeamParamsError
-from genlm_core.validation import is_integer
 
 __all__ = ["BeamParams"]
 

@@ -98,7 +98,7 @@ class LazyTrieState:
 
     def with_mode(self, mode: Any) -> LazyTrieState:
         """The same state in another :class:`TrieMode` (masses kept)."""
-        return LazyTrieState(
+        return type(self)(
             lm_state=self.lm_state,
             trie=self.trie,
             node=self.node,
@@ -124,7 +124,7 @@ class LazyTrieState:
         if node is None:
             return None
         mass = self.mass
-        return LazyTrieState(
+        return type(self)(
             lm_state=self.lm_state,
             trie=self.trie,
             mass=mass,
@@ -144,7 +144,7 @@ class LazyTrieState:
             mass = self.mass
             here = mass.item(self.node)
             self._extend = [
-                LazyTrieState(
+                type(self)(
                     lm_state=self.lm_state << int(token_id),
                     trie=self.trie,
                     node=self.root,

@@ -12,29 +12,14 @@ import numpy as np
 import pytest
 import torch
 from genlm_bytes_reference import TEXTS, exact_sums, max_deviation, their_beam
-from transformers import AutoTokenizer
 
 import genlm_core.bytes as ours
-from genlm_core.testing import MockAsyncLM
-from genlm_core.testing.assets import tokenizer_dir
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")  # inside genlm-bytes
 
 EXACT = 1e-5
 #: genlm-bytes' own float32 summation error, measured: up to ~2e-4 on SmolLM2.
 STOCK = 1e-3
-
-
-@pytest.fixture(scope="module")
-def llm():
-    model = MockAsyncLM(AutoTokenizer.from_pretrained(tokenizer_dir("gpt2-npm")), temperature=0.3)
-    yield model
-    model.cleanup()
-
-
-@pytest.fixture(scope="module")
-def eos(llm):
-    return [bytes(llm.byte_vocab[llm.tokenizer.eos_token_id])]
 
 
 @pytest.mark.parametrize("text", list(TEXTS))

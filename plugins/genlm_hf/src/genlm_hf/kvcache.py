@@ -1,7 +1,7 @@
 """PrefixKVCache: key/value tensors of token prefixes, in a radix tree over a slot pool.
 
 The tree (segments per forward, per-adapter roots, LRU over leaves) is
-:class:`genlm_core.prefix_tree.PrefixTree`; a node's payload here is a few runs of
+:class:`genlm_core.backend_kit.PrefixTree`; a node's payload here is a few runs of
 slots, so assembling a request's past is one copy per stored run, not one per token
 and layer.
 
@@ -25,8 +25,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from genlm_core.prefix_tree import PrefixCacheStats, PrefixTree
-from genlm_core.validation import is_int_at_least
+from genlm_core.backend_kit import PrefixCacheStats, PrefixTree, is_int_at_least
 
 __all__ = ["BATCHED_COPY_BYTES", "KVCacheStats", "PrefixKVCache", "Run"]
 
@@ -163,19 +162,7 @@ class PrefixKVCache:
     def insert(
         self, adapter: Hashable, token_ids: Sequence[int], start: int, kv: torch.Tensor
     ) -> None:
-        """Store the K/V of positions ``start..len(token_ids)-1`` of a request.
-
-        Only what the tree lacks is stored. If the tree no longer holds positions
-        ``0..start-1`` (evicted since the lookup), or the budget cannot make room
-        without evicting this very prefix, nothing is stored.
-
-        Args:
-            adapter: Which tree.
-            token_ids: The request's tokens.
-            start: First position covered by ``kv``.
-            kv: Tensor of shape ``(2 * layers, heads, len(token_ids) - start, head_dim)``
-                (may be a view of a larger batch tensor).
-        """
+        """:meth:`insert_many` for one request; ``kv`` is ``(2 * layers, heads, n, head_dim)``."""
         self.insert_many(adapter, [(token_ids, start)], kv.unsqueeze(1))
 
     def insert_many(

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
+from genlm_core.backend_kit import plan_groups
 from genlm_core.lm import PrefixRequest, Request
-from genlm_core.prefix_batching import plan_groups
 from genlm_hf._forward import Row, log_softmax_rows
 
 __all__ = ["PREFIX_LOGITS_BYTES", "PrefixForwards"]
@@ -66,16 +66,13 @@ class PrefixForwards:
             group = []
             for k in pending:
                 ids = reqs[k].token_ids
-                row = self._row(adapter, ids[: done[k] + chunk], record=False, first=done[k])
+                row = self._row(adapter, ids[: done[k] + chunk], first=done[k])
                 owner[id(row)] = k
                 group.append(row)
             for index, planned in enumerate(plan_groups(group, per_token, self.max_batch_kv_bytes)):
                 ks = [owner[id(row)] for row in planned]
                 if index:  # a forward's inserts may have evicted the slots found before
-                    planned = [
-                        self._row(adapter, r.token_ids, record=False, first=r.past_len)
-                        for r in planned
-                    ]
+                    planned = [self._row(adapter, r.token_ids, first=r.past_len) for r in planned]
                 outs = self._forward_all_positions(adapter, planned)
                 for k, row, out in zip(ks, planned, outs, strict=True):
                     rows[k][row.past_len : len(row.token_ids)] = out

@@ -20,7 +20,6 @@ reuse: slower, never wrong. LoRA adapters in mlx-lm's format are selected per re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from genlm_mlx._blas import blas_status, load_fast_blas
@@ -31,82 +30,46 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from genlm_core.adapters import LoraAdapter  # noqa: E402
-from genlm_core.backend_compat import GenlmBackendCompat  # noqa: E402
-from genlm_core.errors import ModelClosedError  # noqa: E402
-from genlm_core.lm import BatchedAsyncLM, Request  # noqa: E402
-from genlm_core.model_names import resolve_model_name  # noqa: E402
-from genlm_core.prefix_batching import plan_groups, shared_prefixes  # noqa: E402
-from genlm_core.validation import is_int_at_least  # noqa: E402
-from genlm_mlx import _lora  # noqa: E402
-from genlm_mlx._forward import (  # noqa: E402
-    Row,
-    run_group,
-    run_plain,
+from genlm_core.backend_kit import (  # noqa: E402
+    PrefixCachedLM,
+    max_positions_of,
 )
+from genlm_core.lm import GenlmBackendCompat, LoraAdapter  # noqa: E402
+from genlm_core.loading import check_dtype, resolve_model_name  # noqa: E402
+from genlm_mlx import _lora  # noqa: E402
+from genlm_mlx._forward import Row, run_group, run_plain  # noqa: E402
 from genlm_mlx._loading import ModelLoadError, load_model, resolve_path  # noqa: E402
 from genlm_mlx._lora import Switch  # noqa: E402
-from genlm_mlx.kvcache import KVCacheStats, PrefixKVCache  # noqa: E402
+from genlm_mlx.kvcache import PrefixKVCache  # noqa: E402
 
 __all__ = [
-    "DEFAULT_CACHE_BYTES",
-    "DEFAULT_KV_CACHE_BYTES",
     "AsyncMlxLM",
     "ModelLoadError",
     "blas_status",
 ]
 
-#: Default budget of cached key/value arrays (bytes).
-DEFAULT_KV_CACHE_BYTES = 1 << 30
-#: Default budget of cached log-probability vectors (bytes).
-DEFAULT_CACHE_BYTES = 256 << 20
-#: Default cap on one forward's assembled key/values (bytes); bigger batches are split.
-DEFAULT_MAX_BATCH_KV_BYTES = 256 << 20
-
-#: Fewest uncached tokens several prompts of a batch must share to get computed once first.
-MIN_SHARED = 16
-
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
 
-class AsyncMlxLM(GenlmBackendCompat, BatchedAsyncLM):
+class AsyncMlxLM(GenlmBackendCompat, PrefixCachedLM):
     """Asynchronous, autobatched, prefix-cached wrapper of an mlx-lm model.
 
     Args:
         mlx_lm_model: An mlx-lm model (``mlx_lm.utils.load_model``).
         tokenizer: Its Hugging Face tokenizer (an mlx-lm ``TokenizerWrapper`` works too).
-        batch_size: Most distinct requests the batcher gathers into one call.
-        max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
-            soon as the event loop has no runnable callers left).
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
-        kv_cache_bytes: Byte budget of cached key/value arrays. 0 disables prefix
-            reuse: every request then runs its whole prompt.
-        max_batch_kv_bytes: Cap on one forward's assembled keys/values; larger batches
-            are split into several forwards.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``,
-            or ``timeout``, genlm-backend's name for ``max_wait``).
+        **kwargs: ``batch_size`` (most distinct requests per forward, default 64),
+            ``max_wait``, ``kv_cache_bytes`` (the budget of cached key/value arrays; 0 turns
+            prefix reuse off) and ``max_batch_kv_bytes`` (see
+            :class:`~genlm_core.backend_kit.PrefixCachedLM`), and the cache and batching
+            options of :class:`~genlm_core.lm.BatchedAsyncLM`.
     """
 
     def __init__(
         self,
         mlx_lm_model: Any,
         tokenizer: Any,
-        batch_size: int = 64,
-        max_wait: float | None = None,
-        *,
-        cache_size: int = 4096,
-        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
-        kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
-        max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
         **kwargs: Any,
     ) -> None:
-        for name, value in (
-            ("kv_cache_bytes", kv_cache_bytes),
-            ("max_batch_kv_bytes", max_batch_kv_bytes),
-        ):
-            if not is_int_at_least(value, 0):
-                raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
         if type(tokenizer).__name__ == "TokenizerWrapper":  # mlx_lm.load's wrapper
             tokenizer = tokenizer._tokenizer
         mlx_lm_model.eval()  # training mode would enable dropout
@@ -115,28 +78,21 @@ class AsyncMlxLM(GenlmBackendCompat, BatchedAsyncLM):
         mx.eval(mlx_lm_model.parameters())
         super().__init__(
             tokenizer,
-            batch_size=batch_size,
-            max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
+            mlx_lm_model,
             vocab_size=_logits_width(mlx_lm_model),
             **kwargs,
         )
-        self.model = mlx_lm_model
-        self.max_batch_kv_bytes = int(max_batch_kv_bytes)
         self._switch = Switch()
-        self.max_positions = _max_positions(mlx_lm_model)
-        self.kv_cache = PrefixKVCache(kv_cache_bytes)
+        self.max_positions = max_positions_of(getattr(mlx_lm_model, "args", None))
+        self.kv_cache = PrefixKVCache(self.kv_cache_bytes)
         self._n_layers = len(getattr(mlx_lm_model, "layers", []))
-        self._bytes_per_token = 0
-        self.kv_reuse_off_reason = "kv_cache_bytes=0"
-        if kv_cache_bytes > 0:
+        if self.kv_cache_bytes > 0:
             # Probed once per model object: tests and users may wrap one model many times.
             probed = getattr(mlx_lm_model, "_genlm_kv_probe", None)
             if probed is None:
                 probed = self._probe_kv_reuse()
                 mlx_lm_model._genlm_kv_probe = probed
-            self.kv_reuse_off_reason, self._bytes_per_token = probed
+            self.kv_reuse_off_reason, self.bytes_per_token = probed
 
     # -- loading ----------------------------------------------------------------------
 
@@ -144,8 +100,9 @@ class AsyncMlxLM(GenlmBackendCompat, BatchedAsyncLM):
     def from_name(
         cls,
         model_name: str,
-        dtype: str | None = None,
         model_config: dict[str, Any] | None = None,
+        *,
+        dtype: str | None = None,
         revision: str | None = None,
         **kwargs: Any,
     ) -> AsyncMlxLM:
@@ -155,11 +112,11 @@ class AsyncMlxLM(GenlmBackendCompat, BatchedAsyncLM):
             model_name: Hub id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``, looked up in
                 the Hugging Face cache when ``HF_HUB_OFFLINE=1``), local directory, or an
                 embedded model's name (``"smollm2-135m-instruct"``: no hub needed).
-            dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"`` for the weights. Default:
-                float32 on a CPU (half precision there is slow and inexact), the
-                checkpoint's dtype on Apple silicon.
             model_config: Overrides of ``config.json`` passed to mlx-lm.
-            revision: Hub revision.
+            dtype: The weights' dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or
+                ``"auto"`` (the checkpoint's). Default: float32 on a CPU (half precision
+                there is slow and inexact), the checkpoint's dtype on Apple silicon.
+            revision: Hub revision (a branch, tag or commit).
             **kwargs: Passed to :class:`AsyncMlxLM` (``batch_size``, ``kv_cache_bytes``...).
 
         Raises:
@@ -172,10 +129,8 @@ class AsyncMlxLM(GenlmBackendCompat, BatchedAsyncLM):
         model, _ = load_model(path, model_config)
         if dtype is None and mx.default_device() == mx.cpu:
             dtype = "float32"
-        if dtype is not None:
-            if dtype not in _DTYPES:
-                raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-            model.set_dtype(_DTYPES[dtype])
+        if dtype is not None and check_dtype(dtype, "mlx") != "auto":
+            model.set_dtype(_DTYPES[check_dtype(dtype, "mlx")])
             mx.eval(model.parameters())
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(path))
@@ -235,95 +190,41 @@ class AsyncMlxLM(GenlmBackendCompat, BatchedAsyncLM):
             )
         return "", kv_a[0].nbytes // 5
 
-    @property
-    def kv_reuse(self) -> bool:
-        """Whether prefix K/V reuse is on (see ``kv_reuse_off_reason`` otherwise)."""
-        return not self.kv_reuse_off_reason
+    # -- the model's side of the computation ------------------------------------------
 
-    # -- the batch computation ----------------------------------------------------------
-
-    def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
-        """Log-probs for distinct requests: per adapter, cached pasts + batched forwards.
-
-        Grouped by adapter version (its unique name, which also keys its prefix tree);
-        the core runs one computation at a time.
-        """
-        if self.model is None:
-            raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-        handles = [self.adapter_handle(req) for req in requests]
-        by_adapter: dict[str | None, list[tuple[int, ...]]] = {}
-        for req, handle in zip(requests, handles, strict=True):
-            by_adapter.setdefault(handle, []).append(req.token_ids)
-        results: dict[str | None, dict[tuple[int, ...], torch.Tensor]] = {}
-        for handle, prompts in by_adapter.items():
-            self._switch.active = handle
-            results[handle] = self._compute(handle, prompts)
-        return [results[h][req.token_ids] for req, h in zip(requests, handles, strict=True)]
-
-    def _compute(
-        self, lora_name: str | None, prompts: list[tuple[int, ...]]
-    ) -> dict[tuple[int, ...], torch.Tensor]:
-        """Compute ``prompts`` under the active adapter; return log-probs by prompt.
-
-        Prompts that share an uncached stretch of at least :data:`MIN_SHARED` tokens
-        (many questions after one new system prompt) first have that shared prefix
-        computed once, recursively; then every prompt runs from its longest cached
-        prefix.
-        """
-        done: dict[tuple[int, ...], torch.Tensor] = {}
-        reuse = self.kv_reuse
-        rows = [self._row(lora_name, ids) for ids in prompts]
-        if reuse and len(rows) > 1:
-            shared = shared_prefixes(rows, MIN_SHARED)
-            if shared:
-                done.update(self._compute(lora_name, shared))
-                rows = [self._row(lora_name, r.token_ids) for r in rows if r.token_ids not in done]
-        for index, planned in enumerate(
-            plan_groups(rows, self._bytes_per_token, self.max_batch_kv_bytes)
-        ):
-            # After the first forward, look up again: inserts may have evicted what was
-            # found before, or added longer prefixes.
-            group = [self._row(lora_name, r.token_ids) for r in planned] if index else planned
-            if reuse:
-                for row in group:
-                    self.kv_cache.count(row.past_len)
-                logits, kvs = run_group(self.model, group, self._n_layers)
-                for row, kv in zip(group, kvs, strict=True):
-                    self.kv_cache.insert(lora_name, row.token_ids, row.past_len, kv)
-            else:
-                logits = run_plain(self.model, group)
-                mx.eval(logits)
-            out = _log_softmax(logits)
-            for j, row in enumerate(group):
-                done[row.token_ids] = out[j].clone()
-        return done
-
-    def _row(self, lora_name: str | None, ids: tuple[int, ...]) -> Row:
+    def _row(self, adapter: str | None, ids: tuple[int, ...], *, first: int | None = None) -> Row:
+        """``ids`` from its longest cached prefix (the base class's hook)."""
         if not self.kv_reuse:
             return Row(ids, [], 0)
-        parts, past = self.kv_cache.match(lora_name, ids, len(ids) - 1, record=False)
+        limit = len(ids) - 1 if first is None else first
+        parts, past = self.kv_cache.match(adapter, ids, limit, record=False)
         return Row(ids, parts, past)
 
-    def next_token_logprobs_uncached(
-        self, token_ids: Sequence[int], lora_name: str | None = None
-    ) -> torch.Tensor:
-        """Log-probs from one plain forward over the whole prompt: no cache, no batching.
-
-        The reference the cached path is tested against.
-        """
-        req = self.make_request(token_ids, lora_name)
-        with self.exclusive_access():
-            if self.model is None:
-                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-            self._switch.active = self.adapter_handle(req)
-            logits = run_plain(self.model, [Row(req.token_ids, [], 0)])
+    def _forward_rows(self, adapter: str | None, group: list[Row]) -> list[torch.Tensor]:
+        """One forward over ``group`` (the base class's hook): log-probs, K/V stored."""
+        if self.kv_reuse:
+            logits, kvs = run_group(self.model, group, self._n_layers)
+            for row, kv in zip(group, kvs, strict=True):
+                self.kv_cache.insert(adapter, row.token_ids, row.past_len, kv)
+        else:
+            logits = run_plain(self.model, group)
             mx.eval(logits)
-            return _log_softmax(logits)[0]
+        out = _log_softmax(logits)
+        return [out[j].clone() for j in range(len(group))]
+
+    def _plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
+        """One forward over the whole prompt, no cache (the base class's uncached path)."""
+        logits = run_plain(self.model, [Row(token_ids, [], 0)])
+        mx.eval(logits)
+        return _log_softmax(logits)[0]
+
+    def _activate(self, adapter: str | None) -> None:
+        self._switch.active = adapter
 
     # -- LoRA ---------------------------------------------------------------------------
 
-    def load_adapter(self, adapter: LoraAdapter) -> str:
-        """Load an mlx-lm LoRA adapter version under its unique name (the core's hook).
+    def _load_weights(self, adapter: LoraAdapter) -> None:
+        """Load an mlx-lm LoRA adapter version under its unique name.
 
         The directory holds ``adapter_config.json`` and ``adapters.safetensors`` as
         saved by ``mlx_lm.lora``.
@@ -332,42 +233,9 @@ class AsyncMlxLM(GenlmBackendCompat, BatchedAsyncLM):
             ModelLoadError: The adapter cannot be read or does not fit the model.
         """
         _lora.load_adapter(self.model, self._switch, adapter.path, adapter.engine_name)
-        return adapter.engine_name
 
-    def unload_adapter(self, adapter: LoraAdapter, handle: str) -> None:
-        """Forget an adapter version and its cached keys/values (the core's hook)."""
-        if self.model is not None:
-            _lora.unload_adapter(self.model, handle)
-        self.kv_cache.drop_adapter(handle)
-
-    # -- caches and lifecycle -------------------------------------------------------------
-
-    @property
-    def kv_cache_stats(self) -> KVCacheStats:
-        """Size (bytes, segments, tokens) and hit counts of the prefix K/V cache."""
-        return self.kv_cache.stats
-
-    def cache_info(self) -> dict[str, Any]:
-        """Memory at a glance: K/V cache statistics and cached log-probs."""
-        return {
-            "kv": self.kv_cache.stats,
-            "outputs": self.output_cache_info(),
-        }
-
-    def clear_kv_cache(self) -> None:
-        """Drop every cached key/value array (log-prob cache kept)."""
-        with self.exclusive_access():
-            self.kv_cache.clear()
-
-    def clear_cache(self) -> None:
-        """Drop cached log-probs and key/value arrays."""
-        self.clear_kv_cache()
-        super().clear_cache()
-
-    def _release(self) -> None:
-        super()._release()  # closes the batchers, unloads the adapters, clears the caches
-        with self.exclusive_access():  # no forward runs past this point
-            self.model = None
+    def _delete_weights(self, name: str) -> None:
+        _lora.unload_adapter(self.model, name)
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -390,9 +258,3 @@ def _logits_width(model: Any) -> int:
     if emb is not None:
         return int(emb.weight.shape[0])
     return int(model.args.vocab_size)
-
-
-def _max_positions(model: Any) -> int | None:
-    args = getattr(model, "args", None)
-    n = getattr(args, "max_position_embeddings", None) or getattr(args, "n_positions", None)
-    return int(n) if isinstance(n, int) and n > 0 else None

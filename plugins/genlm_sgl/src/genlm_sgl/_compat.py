@@ -19,7 +19,7 @@ is set, in which case :func:`check_scheduler` still checks the pieces used here 
 from __future__ import annotations
 
 import contextlib
-import itertools
+import functools
 import os
 import sys
 import threading
@@ -28,6 +28,7 @@ from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from genlm_core.backend_kit import require_pieces, require_version
 from genlm_sgl.errors import EngineOutputError, UnsupportedSGLangError
 
 __all__ = [
@@ -39,10 +40,19 @@ __all__ = [
     "prepare_import",
 ]
 
-#: The SGLang releases genlm-sgl is tested with: ``(lowest, first unsupported)``.
-SUPPORTED = ((0, 5, 23), (0, 5, 24))
-SUPPORTED_TEXT = "sglang>=0.5.23,<0.5.24"
+#: The SGLang releases genlm-sgl is tested with.
+SUPPORTED = ">=0.5.23,<0.5.24"
 ALLOW_ENV = "GENLM_SGL_ALLOW_UNTESTED"
+#: ``check_version(version)``: raise UnsupportedSGLangError unless ``version`` is :data:`SUPPORTED`
+#: (or ``GENLM_SGL_ALLOW_UNTESTED=1``), naming both versions and the fix.
+check_version = functools.partial(
+    require_version,
+    "SGLang",
+    supported=SUPPORTED,
+    allow_env=ALLOW_ENV,
+    install=f"'sglang{SUPPORTED}'",
+    error=UnsupportedSGLangError,
+)
 #: SGLang reads it when its modules are imported: 1 selects its CPU code paths.
 CPU_ENGINE_ENV = "SGLANG_USE_CPU_ENGINE"
 
@@ -65,27 +75,6 @@ _LIVE: list[InProcessScheduler] = []
 _PATCH_LOCK = threading.Lock()
 
 
-def check_version(version: str) -> None:
-    """Refuse an SGLang outside :data:`SUPPORTED` (unless ``GENLM_SGL_ALLOW_UNTESTED=1``).
-
-    Raises:
-        UnsupportedSGLangError: Naming the installed and the supported versions.
-    """
-    parts = []
-    for piece in version.split("+")[0].split(".")[:3]:
-        digits = "".join(itertools.takewhile(str.isdigit, piece))
-        parts.append(int(digits) if digits else 0)
-    key = tuple(parts + [0] * (3 - len(parts)))
-    low, high = SUPPORTED
-    if low <= key < high or os.environ.get(ALLOW_ENV) == "1":
-        return
-    raise UnsupportedSGLangError(
-        f"genlm-sgl supports {SUPPORTED_TEXT}, but SGLang {version} is installed; install a "
-        f"supported version (pip install '{SUPPORTED_TEXT}'), or set {ALLOW_ENV}=1 to try "
-        f"this one"
-    )
-
-
 def check_scheduler(scheduler: Any) -> None:
     """Check that ``scheduler`` has the pieces :class:`InProcessScheduler` uses.
 
@@ -93,11 +82,12 @@ def check_scheduler(scheduler: Any) -> None:
         UnsupportedSGLangError: A piece moved (an SGLang version genlm-sgl does not know).
     """
     missing = [name for name in _SCHEDULER_API if not callable(getattr(scheduler, name, None))]
-    if missing:
-        raise UnsupportedSGLangError(
-            f"this SGLang's Scheduler lacks {', '.join(missing)}, which genlm-sgl needs; "
-            f"install {SUPPORTED_TEXT}"
-        )
+    require_pieces(
+        "this SGLang's Scheduler",
+        missing,
+        install=f"'sglang{SUPPORTED}'",
+        error=UnsupportedSGLangError,
+    )
 
 
 def prepare_import(device: str) -> None:

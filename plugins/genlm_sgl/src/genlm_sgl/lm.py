@@ -15,17 +15,18 @@ SGLang server instead (:mod:`genlm_sgl.server`).
 
 from __future__ import annotations
 
-import gc
 import uuid
 from typing import Any, NamedTuple
 
 import torch
 
-from genlm_core.adapters import LoraAdapter
-from genlm_core.backend_compat import GenlmBackendCompat
-from genlm_core.errors import InvalidArgumentError, ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, Request
-from genlm_core.model_names import resolve_model_name
+from genlm_core.backend_kit import EngineLM
+from genlm_core.errors import ModelClosedError
+from genlm_core.lm import (
+    GenlmBackendCompat,
+    LoraAdapter,
+    Request,
+)
 from genlm_sgl._compat import InProcessScheduler, prepare_import
 from genlm_sgl._runner import SchedulerRunner
 from genlm_sgl.errors import EngineOutputError, ModelLoadError, UnsupportedSGLangError
@@ -94,34 +95,26 @@ def start_engine(model_name: str, engine_opts: dict[str, Any] | None = None) -> 
         ) from exc
 
 
-class AsyncSGLTransformer(GenlmBackendCompat, BatchedAsyncLM):
+class AsyncSGLTransformer(GenlmBackendCompat, EngineLM):
     """Asynchronous, batched next-token log-probs from an in-process SGLang scheduler.
 
     Args:
         engine: A scheduler from :func:`start_engine` (``from_name`` starts one).
         tokenizer: The model's Hugging Face tokenizer (default: loaded from the
             engine's ``tokenizer_path``).
-        batch_size: Most distinct requests the batcher hands the scheduler at once
-            (SGLang still runs at most ``max_running_requests`` per step).
-        max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
-            soon as the event loop has no runnable callers left).
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
-        owns_engine: Whether :meth:`cleanup` shuts the scheduler down. Pass False to put
-            several wrappers over one engine; the caller then shuts it down.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``).
+        batch_size: Most distinct requests handed to the scheduler at once (default 256;
+            SGLang still runs at most ``max_running_requests`` per step).
+        max_wait: Seconds a batch may wait for more callers (default 0).
+        **kwargs: ``owns_engine`` (see :class:`~genlm_core.backend_kit.EngineLM`) and the
+            cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`.
     """
 
     def __init__(
         self,
         engine: Any,
         tokenizer: Any = None,
-        batch_size: int = 256,
+        batch_size: int | None = None,
         max_wait: float | None = None,
-        *,
-        cache_size: int = 4096,
-        cache_bytes: int | None = 256 << 20,
-        owns_engine: bool = True,
         **kwargs: Any,
     ) -> None:
         if tokenizer is None:
@@ -130,44 +123,29 @@ class AsyncSGLTransformer(GenlmBackendCompat, BatchedAsyncLM):
             tokenizer,
             batch_size=batch_size,
             max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
             vocab_size=engine.vocab_size,
             **kwargs,
         )
         self.engine = engine
-        self.owns_engine = owns_engine
         self.max_positions = engine.max_input_len
         self._runner: SchedulerRunner | None = SchedulerRunner(engine, engine.vocab_size)
 
     @classmethod
-    def from_name(
-        cls, model_name: str, engine_opts: dict[str, Any] | None = None, **kwargs: Any
-    ) -> AsyncSGLTransformer:
-        """Start an in-process SGLang scheduler for ``model_name``.
+    def start_engine(cls, model_name: str, engine_opts: dict[str, Any]) -> Any:
+        """Start an in-process SGLang scheduler (``from_name`` calls it; see :func:`start_engine`).
 
-        Args:
-            model_name: A local directory, an embedded model's name
-                (``"smollm2-135m-instruct"``) or a hub id; SGLang's ``model_path``.
-            engine_opts: Keyword arguments of SGLang's ``ServerArgs``, over
-                :data:`DEFAULT_ENGINE_OPTS` (plus :data:`CPU_ENGINE_OPTS` on a machine
-                without an NVIDIA GPU); e.g. ``max_running_requests``,
-                ``chunked_prefill_size``, ``enable_lora``, ``max_lora_rank``,
-                ``lora_target_modules``, ``lora_backend``, ``tp_size``.
-            **kwargs: Passed to :class:`AsyncSGLTransformer`.
-
-        Raises:
-            UnsupportedSGLangError: SGLang is missing or outside the supported range.
-            ModelLoadError: SGLang could not start the engine.
-            ModelNotFoundError: No such directory, or a hub id that cannot load here.
+        ``engine_opts`` are keyword arguments of SGLang's ``ServerArgs``, over
+        :data:`DEFAULT_ENGINE_OPTS` (plus :data:`CPU_ENGINE_OPTS` on a machine without an
+        NVIDIA GPU); e.g. ``max_running_requests``, ``chunked_prefill_size``,
+        ``enable_lora``, ``max_lora_rank``, ``lora_target_modules``, ``lora_backend``,
+        ``tp_size``.
         """
-        model_name = resolve_model_name(model_name)  # fails fast, before the engine starts
-        engine = start_engine(model_name, engine_opts)
-        try:
-            return cls(engine, **kwargs)
-        except BaseException:
-            engine.shutdown()
-            raise
+        return start_engine(model_name, engine_opts)
+
+    @staticmethod
+    def stop_engine(engine: Any) -> None:
+        """Shut a scheduler down."""
+        engine.shutdown()
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Any:
@@ -191,39 +169,47 @@ class AsyncSGLTransformer(GenlmBackendCompat, BatchedAsyncLM):
         super().clear_cache()
         self.clear_kv_cache()
 
-    # -- LoRA ---------------------------------------------------------------------------
+    # -- the engine (EngineLM's hooks) ---------------------------------------------------
 
-    def load_adapter(self, adapter: LoraAdapter) -> Adapter:
-        """Load a peft adapter version into the scheduler (the core's hook).
+    backend_name = "sgl"
+    engine_name = "SGLang"
+    lora_hint = (
+        "start it with engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' "
+        "rank>, 'lora_target_modules': [...]}"
+    )
+
+    def _engine_lock(self) -> Any:
+        return self.engine.lock
+
+    def _lora_enabled(self) -> bool:
+        return bool(self.engine.lora_enabled)
+
+    def _load_into_engine(self, adapter: LoraAdapter) -> Adapter:
+        """Load an adapter version under a name unique to this engine.
 
         Raises:
-            InvalidArgumentError: The engine was started without ``enable_lora=True``.
             ModelLoadError: SGLang could not load the adapter.
         """
-        engine = self.engine
-        if not engine.lora_enabled:
-            raise InvalidArgumentError(
-                "this SGLang engine was started without LoRA support; start it with "
-                "engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' rank>, "
-                "'lora_target_modules': [...]}"
-            )
         engine_name = f"{adapter.engine_name}-{uuid.uuid4().hex[:12]}"  # unique per engine
-        with engine.lock:
-            try:
-                lora_id = engine.load_lora(engine_name, adapter.path)
-            except Exception as exc:
-                raise ModelLoadError(
-                    f"SGLang could not load LoRA adapter {adapter.name!r} from "
-                    f"{adapter.path!r}: {type(exc).__name__}: {exc}. Pass a directory saved "
-                    f"by peft's save_pretrained for this base model, within the engine's "
-                    f"max_lora_rank and lora_target_modules"
-                ) from exc
+        try:
+            lora_id = self.engine.load_lora(engine_name, adapter.path)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"SGLang could not load LoRA adapter {adapter.name!r} from "
+                f"{adapter.path!r}: {type(exc).__name__}: {exc}. Pass a directory saved "
+                f"by peft's save_pretrained for this base model, within the engine's "
+                f"max_lora_rank and lora_target_modules"
+            ) from exc
         return Adapter(lora_id, engine_name)
 
-    def unload_adapter(self, adapter: LoraAdapter, handle: Adapter) -> None:
-        """Unload an adapter version from the scheduler (the core's hook)."""
-        with self.engine.lock:
-            self.engine.unload_lora(handle.engine_name, handle.lora_id)
+    def _unload_from_engine(self, handle: Adapter) -> None:
+        self.engine.unload_lora(handle.engine_name, handle.lora_id)
+
+    def _shutdown_engine(self) -> None:
+        self.engine.shutdown()
+
+    def _drop_engine(self) -> None:
+        self._runner = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -231,15 +217,6 @@ class AsyncSGLTransformer(GenlmBackendCompat, BatchedAsyncLM):
         """Make the engine's GPU current in the worker thread (CUDA keeps it per thread)."""
         if self.engine.device.startswith("cuda"):
             torch.cuda.set_device(0)
-
-    def _release(self) -> None:
-        super()._release()  # closes the batchers, unloads the adapters, clears the caches
-        engine = self.engine
-        with engine.lock:
-            if self.owns_engine:
-                engine.shutdown()
-        self._runner = None
-        gc.collect()
 
     # -- genlm-backend 0.3.1 compatibility ------------------------------------------------
 

@@ -17,9 +17,8 @@ from typing import Any
 
 import torch
 
-from genlm_core.adapters import LoraAdapter
-from genlm_core.lm import BatchedAsyncLM, Request
-from genlm_core.validation import is_int_at_least
+from genlm_core.backend_kit import is_int_at_least
+from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 from genlm_sgl._http import ServerClient
 from genlm_sgl.errors import ModelLoadError, ServerError
 
@@ -38,14 +37,13 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         vocab_size: Width of the model's logits.
         chunk_size: Most prompts per HTTP call.
         max_concurrency: Most HTTP calls in flight.
-        batch_size: Most distinct requests the batcher hands over at once.
-        max_wait: Seconds a batch may wait for more callers.
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`.
+        **kwargs: The cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`
+            (``batch_size``, default 256, ``max_wait``, ``cache_size``, ...).
     """
 
     thread_safe = True
+    #: The server batches and schedules itself: larger hand-offs only save round trips.
+    default_batch_size = 256
 
     def __init__(
         self,
@@ -55,24 +53,12 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         *,
         chunk_size: int = 32,
         max_concurrency: int = 4,
-        batch_size: int = 256,
-        max_wait: float | None = None,
-        cache_size: int = 4096,
-        cache_bytes: int | None = 256 << 20,
         **kwargs: Any,
     ) -> None:
         for name, value in (("chunk_size", chunk_size), ("max_concurrency", max_concurrency)):
             if not is_int_at_least(value, 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        super().__init__(
-            tokenizer,
-            batch_size=batch_size,
-            max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
-            vocab_size=vocab_size,
-            **kwargs,
-        )
+        super().__init__(tokenizer, vocab_size=vocab_size, **kwargs)
         self.client = client
         self.url = client.url
         self.chunk_size = chunk_size
@@ -85,7 +71,7 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         tokenizer: Any = None,
         vocab_size: int | None = None,
         *,
-        timeout: float = 300.0,
+        http_timeout: float = 300.0,
         retries: int = 3,
         max_concurrency: int = 4,
         api_key: str | None = None,
@@ -99,7 +85,8 @@ class AsyncSGLServerLM(BatchedAsyncLM):
                 (default: the server's ``tokenizer_path``, read from ``/model_info``).
             vocab_size: Width of the model's logits (default: from the model's config
                 at that path).
-            timeout: Seconds an HTTP call may take (a cold batch on a CPU takes seconds).
+            http_timeout: Seconds an HTTP call may take (a cold batch on a CPU takes
+                seconds). Not ``timeout``, which is genlm-backend's name for ``max_wait``.
             retries: Extra attempts of a failed call (each after aborting it).
             max_concurrency: Most HTTP calls in flight (and pooled connections).
             api_key: The server's ``--api-key``, if it has one.
@@ -110,7 +97,11 @@ class AsyncSGLServerLM(BatchedAsyncLM):
             ModelLoadError: The tokenizer or the vocabulary width could not be found.
         """
         client = ServerClient(
-            url, timeout=timeout, retries=retries, max_connections=max_concurrency, api_key=api_key
+            url,
+            timeout=http_timeout,
+            retries=retries,
+            max_connections=max_concurrency,
+            api_key=api_key,
         )
         try:
             info = client.get_json("/model_info")

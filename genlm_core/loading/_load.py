@@ -20,7 +20,7 @@ from genlm_core.errors import (
     BackendContractError,
     NoBackendAvailableError,
 )
-from genlm_core.options import check_options
+from genlm_core.loading._options import check_options
 from genlm_core.plugins import official
 from genlm_core.plugins.manager import GenlmPluginManager, get_plugin_manager
 from genlm_core.plugins.registry import BackendRegistry, Registered

@@ -22,68 +22,27 @@ per-request tasks, no per-request thread hand-offs.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import functools
 import itertools
 import math
-import queue
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
-from genlm_core.errors import (
-    BatcherClosedError,
-    BatcherLoopError,
-    BatchSizeMismatchError,
-    WorkerInitError,
-)
-from genlm_core.validation import is_int_at_least
+from genlm_core._validation import is_int_at_least, is_seconds
+from genlm_core.errors import BatcherClosedError, BatcherLoopError, BatchSizeMismatchError
+from genlm_core.runtime._outcomes import BatcherStats, RequestFailure, failure_of, resolve
+from genlm_core.runtime._worker import WorkerThread
 
-__all__ = ["AutoBatcher", "BatcherStats", "RequestFailure", "WorkerThread"]
+__all__ = ["AutoBatcher", "BatcherStats", "RequestFailure"]
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
 
 _Waiters = list  # list[asyncio.Future[R]]: the futures of every caller of one key
 _PIPELINE_DEPTH = 2  # batches handed to the thread at once: one running, one full queued
-
-
-class RequestFailure:
-    """What ``batch_fn`` returns for a key that failed on its own: its callers get ``error``.
-
-    The other keys of the batch get their results: one bad request (a removed adapter,
-    a row a backend got wrong) never fails its neighbours.
-    """
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-    def __repr__(self) -> str:
-        return f"RequestFailure({self.error!r})"
-
-
-@dataclasses.dataclass(frozen=True)
-class BatcherStats:
-    """Counters of an :class:`AutoBatcher` since it was created.
-
-    Attributes:
-        requests: Keys submitted (each key of ``submit_many`` counts once).
-        batches: Calls of ``batch_fn``.
-        deduplicated: Requests that joined a pending or in-flight computation of the
-            same key instead of adding one.
-        max_batch_seen: Most keys passed to one ``batch_fn`` call.
-        errors: ``batch_fn`` calls that raised (or returned the wrong number of results).
-    """
-
-    requests: int = 0
-    batches: int = 0
-    deduplicated: int = 0
-    max_batch_seen: int = 0
-    errors: int = 0
 
 
 class AutoBatcher(Generic[K, R]):
@@ -99,26 +58,18 @@ class AutoBatcher(Generic[K, R]):
             ``adaptive=True`` it is only a cap (0 = no cap besides ``max_batch_size``).
         adaptive: Also dispatch as soon as an event-loop pass adds no new key (a
             duplicate of a pending key does not count: it adds no work).
-        executor: Where ``batch_fn`` runs. Default: a dedicated worker thread, started
-            on first use and stopped on close. An executor you pass is never shut
-            down by the batcher; give it one worker to keep batches in order.
         name: Shown in errors and used as the worker thread's name.
-        thread_initializer: Called once in the dedicated worker thread before its
-            first batch (e.g. to set thread-local library settings), like
-            ``ThreadPoolExecutor``'s ``initializer``. If it raises, every batch of that
-            thread fails with :class:`~genlm_core.errors.WorkerInitError`. Not used
-            with ``executor`` or ``worker_thread``.
-        worker_thread: A :class:`WorkerThread` to run the batches in instead of a
-            dedicated one, shared with other batchers (a model's batchers for
-            successive event loops) and never shut down by this one.
+        worker_thread: A :class:`WorkerThread` to run the batches in, shared with other
+            batchers (a model's batchers for successive event loops) and never shut down
+            by this one. Default: a dedicated thread, started on first use and stopped
+            on close.
         copy_result: When several callers wait for one key, the first gets the result
             and each other one ``copy_result(result)`` (for results callers may change
             in place). None: they all get the same object.
 
     Raises:
-        ValueError: ``max_batch_size`` is not an integer >= 1, ``max_wait`` is not a
-            finite number >= 0, or more than one of ``executor``, ``worker_thread`` and
-            ``thread_initializer`` is given.
+        ValueError: ``max_batch_size`` is not an integer >= 1, or ``max_wait`` is not
+            a finite number >= 0.
 
     Example::
 
@@ -134,9 +85,7 @@ class AutoBatcher(Generic[K, R]):
         max_batch_size: int = 64,
         max_wait: float = 0.0,
         adaptive: bool = True,
-        executor: concurrent.futures.Executor | None = None,
         name: str = "AutoBatcher",
-        thread_initializer: Callable[[], None] | None = None,
         worker_thread: WorkerThread | None = None,
         copy_result: Callable[[R], R] | None = None,
     ) -> None:
@@ -144,39 +93,16 @@ class AutoBatcher(Generic[K, R]):
             raise ValueError(f"batch_fn must be callable, got {batch_fn!r}")
         if not is_int_at_least(max_batch_size, 1):
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
-        if (
-            isinstance(max_wait, bool)
-            or not isinstance(max_wait, int | float)
-            or not math.isfinite(max_wait)
-            or max_wait < 0
-        ):
+        if not is_seconds(max_wait):
             raise ValueError(f"max_wait must be a finite number of seconds >= 0, got {max_wait!r}")
-        if thread_initializer is not None and not callable(thread_initializer):
-            raise ValueError(f"thread_initializer must be callable, got {thread_initializer!r}")
         if worker_thread is not None and not isinstance(worker_thread, WorkerThread):
             raise ValueError(f"worker_thread must be a WorkerThread, got {worker_thread!r}")
-        given = [
-            name
-            for name, value in (
-                ("executor", executor),
-                ("worker_thread", worker_thread),
-                ("thread_initializer", thread_initializer),
-            )
-            if value is not None
-        ]
-        if len(given) > 1:
-            raise ValueError(
-                f"pass at most one of executor, worker_thread and thread_initializer "
-                f"(got {' and '.join(given)}); a WorkerThread takes its own initializer"
-            )
         self._batch_fn = batch_fn
         self._copy_result = copy_result
-        self._thread_initializer = thread_initializer
         self.max_batch_size = max_batch_size
         self.max_wait = float(max_wait)
         self.adaptive = bool(adaptive)
         self.name = name
-        self._given_executor = executor
         self._shared_lane = worker_thread
         self._lane: WorkerThread | None = None  # our own, started on first use
         self._lock = threading.Lock()  # guards _closed and _lane across threads
@@ -195,12 +121,7 @@ class AutoBatcher(Generic[K, R]):
         self._worker: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._in_flight = 0  # batches handed to the thread and not yet finished
-        # Counters (read through .stats).
-        self._n_requests = 0
-        self._n_batches = 0
-        self._n_dedup = 0
-        self._n_max = 0
-        self._n_errors = 0
+        self._stats = BatcherStats()  # counters, copied out by .stats
 
     # -- public API ------------------------------------------------------------------
 
@@ -212,13 +133,7 @@ class AutoBatcher(Generic[K, R]):
     @property
     def stats(self) -> BatcherStats:
         """A snapshot of the batcher's counters."""
-        return BatcherStats(
-            requests=self._n_requests,
-            batches=self._n_batches,
-            deduplicated=self._n_dedup,
-            max_batch_seen=self._n_max,
-            errors=self._n_errors,
-        )
+        return dataclasses.replace(self._stats)
 
     async def submit(self, key: K) -> R:
         """Queue ``key`` and wait for its result.
@@ -327,11 +242,11 @@ class AutoBatcher(Generic[K, R]):
 
     def _add(self, key: K, fut: asyncio.Future[R], loop: asyncio.AbstractEventLoop) -> None:
         """Register one caller's future for ``key``: share a pending one or queue the key."""
-        self._n_requests += 1
+        self._stats.requests += 1
         waiters = self._slots.get(key)
         if waiters is not None:  # pending or in flight: share it
             waiters.append(fut)
-            self._n_dedup += 1
+            self._stats.deduplicated += 1
             return
         self._slots[key] = [fut]
         queue = self._queue
@@ -469,23 +384,18 @@ class AutoBatcher(Generic[K, R]):
         if not keys:
             return
         self._in_flight += 1
-        self._n_batches += 1
-        if len(keys) > self._n_max:
-            self._n_max = len(keys)
+        self._stats.batches += 1
+        self._stats.max_batch_seen = max(self._stats.max_batch_seen, len(keys))
         on_done = functools.partial(self._finish, generation, keys, waiters)
         try:
-            if self._given_executor is not None:
-                job = self._given_executor.submit(self._call, keys)
-                job.add_done_callback(functools.partial(_post_job, loop, on_done))
-            elif self._shared_lane is not None:
-                self._shared_lane.submit(self._call, keys, loop, on_done)
-            else:
+            lane = self._shared_lane
+            if lane is None:
                 with self._lock:
                     if self._lane is None:
-                        self._lane = WorkerThread(self.name, self._thread_initializer)
+                        self._lane = WorkerThread(self.name)
                     lane = self._lane
-                lane.submit(self._call, keys, loop, on_done)
-        except Exception as exc:  # e.g. the given executor was shut down
+            lane.submit(self._call, keys, loop, on_done)
+        except Exception as exc:  # the shared worker thread was shut down
             on_done(None, exc)
 
     def _call(self, keys: list[K]) -> list[R]:
@@ -510,7 +420,7 @@ class AutoBatcher(Generic[K, R]):
         if generation == self._generation:
             self._in_flight -= 1
             if exc is not None:
-                self._n_errors += 1
+                self._stats.errors += 1
             _wake(self._wakeup)
         if exc is not None and not isinstance(exc, Exception):
             # KeyboardInterrupt/SystemExit in the thread: never raise those in callers.
@@ -523,18 +433,7 @@ class AutoBatcher(Generic[K, R]):
             other = slots.pop(key, futs)
             if other is not futs:  # a newer slot (the state was reset meanwhile): keep it
                 slots[key] = other
-            error = exc if exc is not None else _failure(value)
-            copy, first = self._copy_result, True
-            for fut in futs:
-                if fut.done():
-                    continue
-                if error is not None:
-                    fut.set_exception(error)
-                elif first or copy is None:
-                    fut.set_result(value)
-                    first = False
-                else:
-                    fut.set_result(copy(value))
+            resolve(futs, value, exc if exc is not None else failure_of(value), self._copy_result)
 
     def _fail_all(self, exc: BaseException) -> None:
         """Fail every pending and in-flight future (loop thread)."""
@@ -580,164 +479,6 @@ class AutoBatcher(Generic[K, R]):
             lane, self._lane = self._lane, None
         if lane is not None:
             lane.shutdown()
-
-
-# -- the worker thread ----------------------------------------------------------------
-
-
-class WorkerThread:
-    """A thread that runs batches one at a time, in order, for one or more batchers.
-
-    Each :class:`AutoBatcher` starts its own unless given one. Share one between
-    batchers when they run in turn, e.g. a model used from one ``asyncio.run`` after
-    another: the thread, and what it set up (``initializer``, a library's per-thread
-    buffers), then outlives each event loop; a new thread per loop measured ~8 ms on
-    the first batch of every run.
-
-    Leaner than ``run_in_executor`` on a ThreadPoolExecutor (one queue put out, one
-    ``call_soon_threadsafe`` back): with small batches the hand-off is most of the cost.
-    A daemon thread; it exits once shut down or garbage-collected (it keeps no
-    reference to ``initializer`` after calling it, so it keeps nothing alive).
-
-    Args:
-        name: The thread's name (shown in errors).
-        initializer: Called once in the thread before its first batch. If it raises,
-            every batch fails with :class:`~genlm_core.errors.WorkerInitError`.
-    """
-
-    def __init__(self, name: str, initializer: Callable[[], None] | None = None) -> None:
-        if initializer is not None and not callable(initializer):
-            raise ValueError(f"initializer must be callable, got {initializer!r}")
-        self.name = name
-        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._closed = False
-        # submit() and shutdown() take it, so no job is ever queued behind the stop sentinel.
-        self._lock = threading.Lock()
-        self.thread = threading.Thread(
-            target=_serve, args=(self._jobs, [initializer], name), name=name, daemon=True
-        )
-        self.thread.start()
-        weakref.finalize(self, self._jobs.put, None)
-
-    def submit(
-        self,
-        fn: Callable[[Any], Any],
-        arg: Any,
-        loop: asyncio.AbstractEventLoop,
-        on_done: Callable[[Any, BaseException | None], None],
-    ) -> None:
-        """Run ``fn(arg)`` after the jobs before it; then ``on_done(result, exc)`` on ``loop``.
-
-        Raises:
-            BatcherClosedError: The thread was shut down.
-        """
-        with self._lock:
-            if self._closed:
-                raise BatcherClosedError(
-                    f"worker thread {self.name!r} was shut down; the batch was not computed"
-                )
-            self._jobs.put((fn, arg, loop, on_done))
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`shutdown` was called."""
-        return self._closed
-
-    def shutdown(self) -> None:
-        """Stop the thread once the jobs already submitted are done. Idempotent."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._jobs.put(None)
-
-
-def _serve(
-    jobs: queue.SimpleQueue[Any], holder: list[Callable[[], None] | None], name: str
-) -> None:
-    broken: WorkerInitError | None = None
-    initializer = holder.pop()  # from then on only this frame refers to it
-    if initializer is not None:
-        try:
-            initializer()
-        except Exception as exc:  # every batch of this thread fails with the reason
-            broken = WorkerInitError(
-                f"{name}: the worker thread's initializer {initializer!r} raised "
-                f"{type(exc).__name__}: {exc}; no batch can run on this thread"
-            )
-            broken.__cause__ = exc
-    initializer = None  # a bound method would keep its object (a model) alive
-    while (job := jobs.get()) is not None:
-        fn, arg, loop, on_done = job
-        job = None
-        try:
-            if broken is not None:
-                raise broken
-            outcome: tuple[Any, BaseException | None] = (fn(arg), None)
-        except BaseException as exc:  # delivered to the callers, as an Executor would
-            outcome = (None, exc)
-        # Hand the results over in a box the loop empties: once the callers have them,
-        # this thread must hold nothing of theirs (rows recycled when dropped, a model's
-        # memory), even before it gets the CPU back to clear its own variables. The
-        # callback goes in the box too, and the batch function is dropped first: both
-        # lead to the model (a batcher's on_done holds its batch function, a bound method).
-        delivery = [(on_done, outcome)]
-        fn = arg = on_done = outcome = None
-        _post(loop, delivery)
-        loop = delivery = None
-    _fail_left_behind(jobs, name)
-
-
-def _post(loop: asyncio.AbstractEventLoop, delivery: list[Any]) -> None:
-    try:
-        loop.call_soon_threadsafe(_deliver, delivery)
-    except RuntimeError:  # the loop is closed: nobody is waiting any more
-        pass
-
-
-def _fail_left_behind(jobs: queue.SimpleQueue[Any], name: str) -> None:
-    """Answer every job still queued after the stop sentinel: none may wait forever."""
-    while True:
-        try:
-            job = jobs.get_nowait()
-        except queue.Empty:
-            return
-        if job is None:
-            continue
-        _, _, loop, on_done = job
-        error = BatcherClosedError(
-            f"worker thread {name!r} was shut down before this batch ran; it was not computed"
-        )
-        _post(loop, [(on_done, (None, error))])
-
-
-def _deliver(delivery: list[tuple[Callable[..., None], tuple[Any, BaseException | None]]]) -> None:
-    on_done, outcome = delivery.pop()
-    on_done(*outcome)
-
-
-def _post_job(
-    loop: asyncio.AbstractEventLoop,
-    on_done: Callable[[Any, BaseException | None], None],
-    job: concurrent.futures.Future[Any],
-) -> None:
-    """Done-callback of a batch on a caller-given executor (runs in its thread)."""
-    if job.cancelled():
-        outcome: tuple[Any, BaseException | None] = (
-            None,
-            BatcherClosedError("the executor given to the AutoBatcher cancelled the batch"),
-        )
-    else:
-        exc = job.exception()
-        outcome = (None, exc) if exc is not None else (job.result(), None)
-    try:
-        loop.call_soon_threadsafe(on_done, *outcome)
-    except RuntimeError:  # the loop is closed
-        pass
-
-
-def _failure(value: Any) -> BaseException | None:
-    """The error of a :class:`RequestFailure` result, None for an ordinary result."""
-    return value.error if type(value) is RequestFailure else None
 
 
 def _wake(fut: asyncio.Future[None] | None) -> None:

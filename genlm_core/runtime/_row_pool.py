@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from genlm_core.validation import is_int_at_least
+from genlm_core._validation import is_int_at_least
 
 __all__ = ["RowPool", "RowPoolStats"]
 

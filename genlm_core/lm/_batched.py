@@ -2,32 +2,28 @@
 
 A backend implements :meth:`BatchedAsyncLM.compute_batch` (and, if its model can run a
 whole sequence at once, :meth:`BatchedAsyncLM.compute_prefix_batch`) and gets
-coalesced, deduplicated, cached async calls and matching sync calls.
-:mod:`genlm_core.lm` is the public module: import from there.
+coalesced, deduplicated, cached async calls and matching sync calls. What happens to
+a batch between the batcher and the backend is :class:`~genlm_core.lm._rows.RowComputation`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
-import math
 import threading
-import weakref
 from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from genlm_core.batching import AutoBatcher, RequestFailure, WorkerThread
-from genlm_core.cache import OutputCache
-from genlm_core.errors import BackendContractError, BatchSizeMismatchError, UnknownLoraError
-from genlm_core.heap import process_trimmer, trimming_wanted
-from genlm_core.lm_base import AsyncLMBase, PrefixRequest, Request
-from genlm_core.options import accepted_options, unknown_option_error
-from genlm_core.row_pool import RowPool
-from genlm_core.validation import is_int_at_least
+from genlm_core._validation import is_int_at_least, is_seconds
+from genlm_core.lm import _rows
+from genlm_core.lm._base import AsyncLMBase
+from genlm_core.lm._requests import PrefixRequest, Request
+from genlm_core.lm._rows import RowComputation, raise_failures
+from genlm_core.loading._options import accepted_options, unknown_option_error
+from genlm_core.runtime import LoopBatchers, OutputCache, RowPool, process_trimmer, trimming_wanted
 
 __all__ = ["DEFAULT_CACHE_BYTES", "BatchedAsyncLM"]
 
@@ -40,7 +36,7 @@ DEFAULT_CACHE_BYTES = 256 << 20
 _BASE_OPTIONS = frozenset({"vocab_size", "byte_vocab"})
 
 
-class BatchedAsyncLM(AsyncLMBase):
+class BatchedAsyncLM(RowComputation, AsyncLMBase):
     """An AsyncLMBase whose calls go through the shared AutoBatcher and OutputCache.
 
     Implement :meth:`compute_batch`; it runs off the event loop, receives unique
@@ -51,7 +47,7 @@ class BatchedAsyncLM(AsyncLMBase):
 
     Args:
         tokenizer: See :class:`AsyncLMBase`.
-        batch_size: Most requests per forward pass.
+        batch_size: Most requests per batch (default :attr:`default_batch_size`).
         max_wait: Seconds a batch may wait for more callers, counted from its first
             request (default 0: dispatch as soon as the event loop has no more runnable
             callers).
@@ -61,7 +57,7 @@ class BatchedAsyncLM(AsyncLMBase):
         timeout: genlm-backend's name for ``max_wait`` (accepted for migration; give
             one of the two).
         trim_heap: Return freed heap memory to the OS after batches (see
-            :mod:`genlm_core.heap`). None: ``GENLM_TRIM_HEAP``, else the class's
+            :class:`~genlm_core.runtime.HeapTrimmer`). None: ``GENLM_TRIM_HEAP``, else the class's
             :attr:`trims_heap_by_default`.
         **kwargs: Passed to :class:`AsyncLMBase` (``vocab_size``, ``byte_vocab``).
 
@@ -70,6 +66,10 @@ class BatchedAsyncLM(AsyncLMBase):
         ValueError: An option with a bad value (named, with the value).
     """
 
+    #: ``batch_size`` when none is given: 64 for a backend that runs one padded forward
+    #: per batch (its keys and values are assembled in memory, and past ~64 rows a CPU
+    #: forward gains little per row). Engine backends set more.
+    default_batch_size: int = 64
     #: Whether models of this class trim the heap unless told otherwise: True only
     #: where it was measured to keep resident memory within the cache budgets.
     trims_heap_by_default: bool = False
@@ -78,7 +78,7 @@ class BatchedAsyncLM(AsyncLMBase):
         self,
         tokenizer: Any,
         *,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         max_wait: float | None = None,
         cache_size: int = 4096,
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
@@ -90,6 +90,8 @@ class BatchedAsyncLM(AsyncLMBase):
             if option not in _BASE_OPTIONS:
                 valid = accepted_options(type(self)) or sorted(_BASE_OPTIONS)
                 raise unknown_option_error(type(self).__name__, option, valid)
+        if batch_size is None:
+            batch_size = self.default_batch_size
         if not is_int_at_least(batch_size, 1):
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not is_int_at_least(cache_size, 0):
@@ -103,20 +105,24 @@ class BatchedAsyncLM(AsyncLMBase):
         )
         super().__init__(tokenizer, **kwargs)
         self.batch_size = batch_size
-        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AutoBatcher] = (
-            weakref.WeakKeyDictionary()
+        # A batcher per event loop (one per asyncio.run) over one worker thread: what
+        # init_worker_thread and the libraries set up in it is kept between runs.
+        self._loop_batchers = LoopBatchers(
+            functools.partial(self._batch_fn, for_callers=True),
+            name=f"{type(self).__name__}.batcher",
+            initializer=self.init_worker_thread,
+            max_batch_size=batch_size,
+            max_wait=self.max_wait,
+            copy_result=_rows.private,
         )
-        # One worker thread for the batchers of every event loop (one per asyncio.run):
-        # what init_worker_thread and the libraries set up in it is kept between runs.
-        self._worker_thread: WorkerThread | None = None
         #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
         #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
-        #: pages instead of fresh ones (see :mod:`genlm_core.row_pool`).
+        #: pages instead of fresh ones (see :class:`~genlm_core.runtime.RowPool`).
         self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
         self._batch_counts = [0, 0]  # compute_batch calls, requests they computed
         self._batch_counts_lock = threading.Lock()  # the worker and sync callers count
-        #: The process's heap trimmer (see :mod:`genlm_core.heap`), used after batches
-        #: when :attr:`trims_heap` is on.
+        #: The process's heap trimmer (see :class:`~genlm_core.runtime.HeapTrimmer`),
+        #: used after batches when :attr:`trims_heap` is on.
         self.heap_trimmer = process_trimmer()
 
     @abstractmethod
@@ -166,176 +172,9 @@ class BatchedAsyncLM(AsyncLMBase):
         """Whether this backend overrides :meth:`compute_prefix_batch`."""
         return type(self).compute_prefix_batch is not BatchedAsyncLM.compute_prefix_batch
 
-    def _batch_fn(self, keys: list[Any], *, private: bool = False) -> list[Any]:
-        """The batcher's function: next-token and prefix requests, checked and cached.
-
-        Runs one computation at a time (the model's :class:`ComputeGate`). A request
-        whose adapter was replaced since it was made is computed with the current
-        version; one whose adapter was removed, or whose row the backend got wrong,
-        gets a :class:`RequestFailure` of its own.
-
-        With ``private`` (the batcher's calls), each key's result is a tensor nobody
-        else holds (cached rows are copied here, in the worker thread, not on the
-        event loop): the batcher hands it to the key's first caller as it is.
-        """
-        with self._gate.computing():
-            current = [self._current(key) for key in keys]
-            todo = list(dict.fromkeys(k for k in current if type(k) is not RequestFailure))
-            requests = [k for k in todo if type(k) is not PrefixRequest]
-            prefix_requests = [k for k in todo if type(k) is PrefixRequest]
-            results: dict[Any, Any] = {}
-            if requests:
-                results.update(zip(requests, self._next_token_rows(requests), strict=True))
-            if prefix_requests:
-                results.update(self._prefix_rows(prefix_requests))
-        if self.trims_heap:
-            self.heap_trimmer.maybe_trim()
-        out = [k if type(k) is RequestFailure else results[k] for k in current]
-        if private:
-            handed: set[int] = set()
-            for i, (key, value) in enumerate(zip(current, out, strict=True)):
-                if type(value) is RequestFailure:
-                    continue
-                if type(key) is not PrefixRequest or id(value) in handed:
-                    out[i] = _private(value)  # a cached row, or one already handed out
-                handed.add(id(value))
-        return out
-
-    def _current(self, key: Any) -> Any:
-        """``key`` for the adapter version loaded now, or a failure if it was removed."""
-        name = key.lora_name
-        if name is None:
-            return key
-        generation = self._adapters.generation(name)
-        if generation == key.generation:
-            return key
-        if generation is None:
-            return RequestFailure(
-                UnknownLoraError(
-                    f"LoRA adapter {name!r} was removed while this request waited "
-                    f"(token_ids={_short(key.token_ids)}); add it again with "
-                    f"lm.add_new_lora(path, {name!r}), or use another adapter"
-                )
-            )
-        if type(key) is PrefixRequest:
-            return dataclasses.replace(key, generation=generation)
-        return key._replace(generation=generation)
-
-    def _next_token_rows(self, requests: list[Request]) -> list[Any]:
-        outs = list(self.compute_batch(requests))
-        if len(outs) != len(requests):
-            raise BatchSizeMismatchError(
-                f"{type(self).__name__}.compute_batch returned {len(outs)} results "
-                f"for {len(requests)} requests"
-            )
-        with self._batch_counts_lock:
-            self._batch_counts[0] += 1
-            self._batch_counts[1] += len(requests)
-        rows = [
-            self._checked(req, out, "compute_batch")
-            for req, out in zip(requests, outs, strict=True)
-        ]
-        if self.cache is not None:
-            for req, row in zip(requests, rows, strict=True):
-                if type(row) is not RequestFailure:
-                    self.cache[req] = row
-        return rows
-
-    def _prefix_rows(self, requests: list[PrefixRequest]) -> dict[PrefixRequest, Any]:
-        outs = list(self.compute_prefix_batch(requests))
-        if len(outs) != len(requests):
-            raise BatchSizeMismatchError(
-                f"{type(self).__name__}.compute_prefix_batch returned {len(outs)} results "
-                f"for {len(requests)} requests"
-            )
-        results: dict[PrefixRequest, Any] = {}
-        for req, out in zip(requests, outs, strict=True):
-            rows = list(out)
-            prefixes = req.prefixes()
-            if len(rows) != len(prefixes):
-                results[req] = RequestFailure(
-                    BackendContractError(
-                        f"{type(self).__name__}.compute_prefix_batch returned {len(rows)} "
-                        f"rows for a sequence of {len(req.token_ids)} tokens from position "
-                        f"{req.start}; expected {len(prefixes)}, one per prefix"
-                    )
-                )
-                continue
-            checked = [
-                self._checked(prefix, row, "compute_prefix_batch")
-                for prefix, row in zip(prefixes, rows, strict=True)
-            ]
-            failed = [row for row in checked if type(row) is RequestFailure]
-            if failed:
-                results[req] = failed[0]
-                continue
-            if self.cache is not None:
-                for prefix, row in zip(prefixes, checked, strict=True):
-                    self.cache[prefix] = row
-            results[req] = torch.stack(checked)
-        return results
-
-    def _checked(self, req: Request, out: Any, method: str) -> Any:
-        """``out`` if it is a valid row for ``req`` (copied if a view), else a failure.
-
-        One reduction over the row: cheap against the forward that made it.
-        """
-        width = len(self.byte_vocab)
-        if not isinstance(out, torch.Tensor):
-            problem = f"a {type(out).__name__}"
-        elif out.dtype != torch.float32:
-            problem = f"a {str(out.dtype).removeprefix('torch.')} tensor"
-        elif out.device.type != "cpu":
-            problem = f"a tensor on {out.device}"
-        elif out.shape != (width,):
-            problem = f"a tensor of shape {tuple(out.shape)}"
-        else:
-            top = out.max().item()  # NaN if any entry is NaN
-            if top != top:
-                problem = "a row with NaN"
-            elif top == math.inf:
-                problem = "a row with +inf"
-            elif top > 1e-3:
-                problem = f"a row whose largest entry is {top:.4g} > 0 (logits, not log-probs?)"
-            else:
-                return self._owned(out)
-        return RequestFailure(
-            BackendContractError(
-                f"{type(self).__name__}.{method} returned {problem} for the request "
-                f"token_ids={_short(req.token_ids)}, lora_name={req.lora_name!r}; expected "
-                f"a float32 CPU tensor of shape ({width},) holding normalised log-probs"
-            )
-        )
-
-    def _owned(self, out: torch.Tensor) -> torch.Tensor:
-        """``out``, copied if it is a view (it would pin its whole batch in the cache).
-
-        Rows of the pool are whole: asking for their storage would keep one more Python
-        object per cached row alive, for the garbage collector to scan.
-        """
-        if not self.row_pool.owns(out) and out.untyped_storage().nbytes() > out.nbytes:
-            return out.clone()
-        return out
-
-    def _batcher(self) -> AutoBatcher:
-        loop = asyncio.get_running_loop()
-        batcher = self._batchers.get(loop)
-        if batcher is None or batcher.closed:
-            worker = self._worker_thread
-            if worker is None or worker.closed:
-                worker = self._worker_thread = WorkerThread(
-                    f"{type(self).__name__}.worker", self.init_worker_thread
-                )
-            batcher = AutoBatcher(
-                functools.partial(self._batch_fn, private=True),
-                copy_result=_private,
-                max_batch_size=self.batch_size,
-                max_wait=self.max_wait,
-                name=f"{type(self).__name__}.batcher",
-                worker_thread=worker,
-            )
-            self._batchers[loop] = batcher
-        return batcher
+    def _batcher(self) -> Any:
+        """The running event loop's batcher (see :class:`~genlm_core.runtime.LoopBatchers`)."""
+        return self._loop_batchers.get()
 
     async def next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None
@@ -345,7 +184,7 @@ class BatchedAsyncLM(AsyncLMBase):
         if self.cache is not None:
             hit = self.cache.get(req)
             if hit is not None:
-                return _private(hit)
+                return _rows.private(hit)
         return await self._batcher().submit(req)  # the caller's own (see _batch_fn)
 
     def next_token_logprobs_sync(
@@ -391,7 +230,7 @@ class BatchedAsyncLM(AsyncLMBase):
                 missing.append(req)
         for start in range(0, len(missing), self.batch_size):
             chunk = missing[start : start + self.batch_size]
-            results.update(zip(chunk, _raise_failures(self._batch_fn(chunk)), strict=True))
+            results.update(zip(chunk, raise_failures(self._batch_fn(chunk)), strict=True))
         return torch.stack([results[r] for r in reqs])
 
     async def prefix_next_token_logprobs(
@@ -434,7 +273,7 @@ class BatchedAsyncLM(AsyncLMBase):
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
             first = missing[0]
-            (computed,) = _raise_failures(self._batch_fn([_from(req, first)]))
+            (computed,) = raise_failures(self._batch_fn([_from(req, first)]))
             return _after(rows[:first], computed)
         return self.batch_next_token_logprobs_sync(
             [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
@@ -524,19 +363,13 @@ class BatchedAsyncLM(AsyncLMBase):
         """
         if self._closed:
             return
-        batcher = self._batchers.get(asyncio.get_running_loop())
         try:
-            if batcher is not None and not batcher.closed:
-                await batcher.aclose(drain=True)
+            await self._loop_batchers.aclose(drain=True)
         finally:
             self.cleanup()
 
     def _release(self) -> None:
-        for batcher in list(self._batchers.values()):
-            batcher.close()
-        self._batchers.clear()
-        if self._worker_thread is not None:
-            self._worker_thread.shutdown()  # after the batches already handed to it
+        self._loop_batchers.close()  # queued calls fail; the worker ends after its batches
         super()._release()  # waits for a computation in flight, unloads adapters
         self.row_pool.close()
 
@@ -551,24 +384,6 @@ def _after(known: list[Any], computed: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.stack(known), computed]) if known else computed
 
 
-def _private(row: torch.Tensor) -> torch.Tensor:
-    """A copy of a shared row (cached, or computed for several callers) for one caller.
-
-    Callers mask rows in place; a copy is ~10-20 us for a 50k vocabulary, against
-    milliseconds for the forward that computed the row. Made in the worker thread for
-    a computed row's first caller, on the event loop for cache hits and the others.
-    """
-    return torch.empty_like(row).copy_(row)
-
-
-def _raise_failures(results: list[Any]) -> list[Any]:
-    """``results`` of :meth:`BatchedAsyncLM._batch_fn` for a sync caller: raise a failure."""
-    for result in results:
-        if type(result) is RequestFailure:
-            raise result.error
-    return results
-
-
 def _max_wait(max_wait: Any, timeout: Any) -> float:
     """``max_wait`` or its genlm-backend alias ``timeout``, checked."""
     if max_wait is not None and timeout is not None:
@@ -579,17 +394,8 @@ def _max_wait(max_wait: Any, timeout: Any) -> float:
     name, value = ("timeout", timeout) if timeout is not None else ("max_wait", max_wait)
     if value is None:
         return 0.0
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value < 0:
+    if not is_seconds(value):
         raise ValueError(
             f"{name} must be a finite number of seconds >= 0 (max_wait), got {value!r}"
         )
     return float(value)
-
-
-def _short(token_ids: tuple[int, ...]) -> str:
-    """``token_ids`` for a message: whole when short, else its ends."""
-    if len(token_ids) <= 12:
-        return repr(token_ids)
-    head, tail = ", ".join(map(str, token_ids[:5])), ", ".join(map(str, token_ids[-5:]))
-    return f"({head}, ..., {tail}) [{len(token_ids)} tokens]"

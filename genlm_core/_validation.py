@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
-__all__ = ["is_int_at_least", "is_integer"]
+__all__ = ["is_int_at_least", "is_integer", "is_seconds"]
 
 
 def is_int_at_least(value: Any, minimum: int) -> bool:
@@ -24,3 +25,13 @@ def is_integer(value: Any) -> bool:
     NumPy integer is as good as an ``int``.
     """
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_seconds(value: Any) -> bool:
+    """True for a finite real number >= 0 that is not a ``bool`` (a delay, a timeout)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )

@@ -1,0 +1,257 @@
+"""PrefixCachedLM: the base of backends that keep the keys and values of computed prefixes.
+
+genlm-hf and genlm-mlx run their models in-process and keep every forward's keys and
+values in a prefix cache, so that a request runs the model only on the tokens after
+its longest cached prefix. What that takes beyond the model itself is the same for
+both, and lives here:
+
+* requests grouped per adapter version (its handle also keys its prefix tree), the
+  adapter activated once per group;
+* prompts sharing a long uncached stretch get it computed once first
+  (:func:`~genlm_core.backend_kit.shared_prefixes`), then rows are grouped into
+  forwards under a key/value byte cap (:func:`~genlm_core.backend_kit.plan_groups`);
+* adapter loading and unloading (the prefix tree of an unloaded version is dropped),
+  the caches' statistics, clearing and release.
+
+A subclass implements its model's side: :meth:`_row` (the longest cached prefix of a
+prompt in its key/value store), :meth:`_forward_rows` (one forward over a group's new
+tokens, storing their keys and values), :meth:`_plain_logprobs` (the uncached
+reference), and the adapter hooks :meth:`_load_weights`, :meth:`_delete_weights` and
+:meth:`_activate`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from genlm_core._validation import is_int_at_least
+from genlm_core.backend_kit._planning import plan_groups, shared_prefixes
+from genlm_core.errors import ModelClosedError
+from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
+
+__all__ = [
+    "DEFAULT_KV_CACHE_BYTES",
+    "DEFAULT_MAX_BATCH_KV_BYTES",
+    "MIN_SHARED",
+    "PrefixCachedLM",
+    "max_positions_of",
+]
+
+#: Default budget of a prefix-cached backend's keys and values (bytes).
+DEFAULT_KV_CACHE_BYTES = 1 << 30
+#: Default cap on one forward's keys and values (bytes); bigger batches are split.
+DEFAULT_MAX_BATCH_KV_BYTES = 256 << 20
+#: Fewest uncached tokens several prompts of a batch must share to get computed once first.
+MIN_SHARED = 16
+
+
+class PrefixCachedLM(BatchedAsyncLM):
+    """A :class:`~genlm_core.lm.BatchedAsyncLM` over an in-process model with a prefix cache.
+
+    Args:
+        tokenizer: The model's tokenizer.
+        model: The model (``None`` once released).
+        kv_cache_bytes: Budget of the key/value store (0 turns prefix reuse off).
+        max_batch_kv_bytes: Cap on one forward's keys and values.
+        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`.
+
+    Attributes:
+        kv_cache: The key/value store, set by the subclass: ``match``-like lookups
+            are the subclass's (:meth:`_row`); the base uses ``count(past_len)``,
+            ``drop_adapter(key)``, ``clear()`` and ``stats``.
+        kv_reuse_off_reason: Why prefix reuse is off, or ``""`` when it is on.
+        bytes_per_token: Key/value bytes of one token (0 when reuse is off), for
+            :func:`~genlm_core.backend_kit.plan_groups`.
+    """
+
+    #: Context every computation runs in (genlm-hf: ``torch.no_grad``).
+    forward_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        model: Any,
+        *,
+        kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
+        max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
+        **kwargs: Any,
+    ) -> None:
+        for name, value in (
+            ("kv_cache_bytes", kv_cache_bytes),
+            ("max_batch_kv_bytes", max_batch_kv_bytes),
+        ):
+            if not is_int_at_least(value, 0):
+                raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
+        super().__init__(tokenizer, **kwargs)
+        self.model = model
+        self.kv_cache_bytes = int(kv_cache_bytes)
+        self.max_batch_kv_bytes = int(max_batch_kv_bytes)
+        self.kv_cache: Any = None
+        self.kv_reuse_off_reason = "kv_cache_bytes=0"
+        self.bytes_per_token = 0
+
+    @property
+    def kv_reuse(self) -> bool:
+        """Whether prefix key/value reuse is on (see ``kv_reuse_off_reason`` otherwise)."""
+        return not self.kv_reuse_off_reason
+
+    # -- the model's side ---------------------------------------------------------------
+
+    @abstractmethod
+    def _row(self, adapter: Any, token_ids: tuple[int, ...], *, first: int | None = None) -> Any:
+        """A row of a forward: ``token_ids`` from the longest cached prefix before ``first``.
+
+        ``first`` (default: the last position) is the first position the forward must
+        compute. The row has ``token_ids`` and ``past_len`` (what
+        :func:`~genlm_core.backend_kit.plan_groups` reads).
+        """
+
+    @abstractmethod
+    def _forward_rows(self, adapter: Any, group: list[Any]) -> list[torch.Tensor]:
+        """One forward over ``group``'s new tokens: store their keys/values, return log-probs.
+
+        One float32 CPU row per row of ``group`` (the next-token log-probs after it).
+        """
+
+    @abstractmethod
+    def _plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
+        """Log-probs from one plain forward over the whole prompt (no cache), active adapter."""
+
+    @abstractmethod
+    def _load_weights(self, adapter: LoraAdapter) -> None:
+        """Load an adapter version's weights into the model under ``adapter.engine_name``."""
+
+    @abstractmethod
+    def _delete_weights(self, name: str) -> None:
+        """Remove the adapter loaded under ``name`` from the model."""
+
+    @abstractmethod
+    def _activate(self, adapter: str | None) -> None:
+        """Make the model compute with adapter ``adapter`` (an engine name; None: base)."""
+
+    # -- the computation -------------------------------------------------------------------
+
+    def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
+        """Log-probs for distinct requests: per adapter, cached pasts + batched forwards."""
+        return self._per_adapter(requests, self._compute_requests)
+
+    def _per_adapter(
+        self, requests: Sequence[Any], compute: Callable[[str | None, list[Any]], list[Any]]
+    ) -> list[Any]:
+        """``compute(adapter, its requests)`` per adapter version, in request order.
+
+        ``adapter`` is the version's engine name (None: the base model), which also keys
+        its prefix tree. The core runs one computation at a time.
+        """
+        with self.forward_context():
+            if self.model is None:
+                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+            by_adapter: dict[str | None, list[Any]] = {}
+            for req in requests:
+                by_adapter.setdefault(self.adapter_handle(req), []).append(req)
+            results: dict[Any, Any] = {}
+            for adapter, reqs in by_adapter.items():
+                self._activate(adapter)
+                results.update(zip(reqs, compute(adapter, reqs), strict=True))
+            return [results[req] for req in requests]
+
+    def _compute_requests(self, adapter: str | None, reqs: list[Request]) -> list[torch.Tensor]:
+        done = self._compute(adapter, [req.token_ids for req in reqs])
+        return [done[req.token_ids] for req in reqs]
+
+    def _compute(
+        self, adapter: str | None, prompts: list[tuple[int, ...]]
+    ) -> dict[tuple[int, ...], torch.Tensor]:
+        """Compute ``prompts`` under the active adapter; return log-probs by prompt.
+
+        Prompts that share an uncached stretch of at least :data:`MIN_SHARED` tokens
+        (many questions after one new system prompt) first have that shared prefix
+        computed once, recursively; then every prompt runs from its longest cached
+        prefix, in forwards under :attr:`max_batch_kv_bytes`.
+        """
+        done: dict[tuple[int, ...], torch.Tensor] = {}
+        rows = [self._row(adapter, ids) for ids in prompts]
+        if self.kv_reuse and len(rows) > 1:
+            shared = shared_prefixes(rows, MIN_SHARED)
+            if shared:
+                done.update(self._compute(adapter, shared))
+                rows = [self._row(adapter, r.token_ids) for r in rows if r.token_ids not in done]
+        groups = plan_groups(rows, self.bytes_per_token, self.max_batch_kv_bytes)
+        for index, planned in enumerate(groups):
+            # After the first forward, look up again: inserts may have evicted what was
+            # found before, or added longer prefixes.
+            group = [self._row(adapter, r.token_ids) for r in planned] if index else planned
+            if self.kv_reuse:
+                for row in group:
+                    self.kv_cache.count(row.past_len)
+            for row, out in zip(group, self._forward_rows(adapter, group), strict=True):
+                done[row.token_ids] = out
+        return done
+
+    def next_token_logprobs_uncached(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probs from one plain forward over the whole prompt: no cache, no batching.
+
+        The reference the cached path is tested against (and genlm-backend's method).
+        """
+        req = self.make_request(token_ids, lora_name)
+        with self.exclusive_access(), self.forward_context():
+            if self.model is None:
+                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+            self._activate(self.adapter_handle(req))
+            return self._plain_logprobs(req.token_ids)
+
+    # -- adapters ----------------------------------------------------------------------------
+
+    def load_adapter(self, adapter: LoraAdapter) -> str:
+        """Load an adapter version under its unique engine name (the core's hook)."""
+        self._load_weights(adapter)
+        return adapter.engine_name
+
+    def unload_adapter(self, adapter: LoraAdapter, handle: str) -> None:
+        """Remove an adapter version from the model, with its cached keys and values."""
+        if self.model is not None:
+            self._delete_weights(handle)
+        self.kv_cache.drop_adapter(handle)
+
+    # -- caches and lifecycle ------------------------------------------------------------------
+
+    @property
+    def kv_cache_stats(self) -> Any:
+        """Size (bytes, segments, tokens) and hit counts of the prefix K/V cache."""
+        return self.kv_cache.stats
+
+    def cache_info(self) -> dict[str, Any]:
+        """Memory at a glance: K/V cache statistics and cached log-probs."""
+        return {"kv": self.kv_cache.stats, "outputs": self.output_cache_info()}
+
+    def clear_kv_cache(self) -> None:
+        """Drop every cached key/value tensor (log-prob cache kept)."""
+        with self.exclusive_access():
+            self.kv_cache.clear()
+
+    def clear_cache(self) -> None:
+        """Drop cached log-probs and key/value tensors."""
+        self.clear_kv_cache()
+        super().clear_cache()
+
+    def _release(self) -> None:
+        super()._release()  # closes the batchers, unloads the adapters, clears the caches
+        with self.exclusive_access():  # no forward runs past this point
+            self.model = None
+            self._free_buffers()
+
+    def _free_buffers(self) -> None:  # noqa: B027 - optional hook
+        """Free what the subclass keeps besides the model (reused buffers, threads)."""
+
+
+def max_positions_of(config: Any) -> int | None:
+    """A model's context length from its config (``max_position_embeddings`` or ``n_positions``)."""
+    n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(n) if isinstance(n, int) and n > 0 else None

@@ -1,0 +1,357 @@
+"""``ExactByteState``: exact next-byte probabilities over canonical tokenizations.
+
+A byte-level BPE tokenizer (GPT-2, Llama-3, SmolLM2, ...) turns every text into one
+token string, and models put almost all their mass on such canonical strings. The
+probability of bytes ``b`` is taken as ``q(b)``, the sum of the model's probability
+``p(t)`` over the canonical token strings ``t`` that cover ``b`` (all tokens but the
+last end inside ``b``, the last may run past it); see docs/bytes.md for the
+definitions. Restricted to canonical strings the covering set is small, about one
+candidate per position where the last token could start, so it is kept whole: no
+``K``, no threshold, and ``logp_next()`` is exact.
+
+The candidates are :class:`ExactTrieState` s (a context, a position in the token
+trie, a weight); the interface is ``ByteBeamState``'s (``initial``, ``prefill``, ``<<``,
+``logp_next``, ``greedy``, ``sample``, ``logZ``, ``cleanup``). What it costs:
+
+* reading a byte may end a token in each candidate: the contexts that stay canonical
+  are asked for in one batched call (about one forward per byte when generating);
+  non-canonical ones are never asked for;
+* ``prefill`` lists every context it will need without the model
+  (:mod:`.exact_plan`) and asks for them in one prefix call and one batched call;
+* when a forward is needed anyway, the contexts along the bytes the heaviest
+  candidate predicts are asked for in the same forward (``speculate=True``), so that
+  the next bytes often need none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from genlm_core.bytes.byte_lm.beam import _check_byte, next_byte_logps
+from genlm_core.bytes.byte_lm.exact_plan import Node, Spellings, plan, reading, walk
+from genlm_core.bytes.byte_lm.exact_state import (
+    ExactTrieState,
+    initial_context,
+    is_shared_trie,
+    shared_exact_trie,
+    shared_filter,
+)
+from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes
+from genlm_core.bytes.byte_lm.params import _byte_strings
+from genlm_core.bytes.byte_lm.trie_state import TrieMode
+from genlm_core.bytes.errors import EmptyBeamError
+from genlm_core.bytes.probs import LazyByteProbs, logsumexp
+from genlm_core.errors import InvalidTokenIdsError
+
+__all__ = ["ExactByteState"]
+
+#: Bytes predicted ahead, and contexts asked for ahead, per forward (speculation).
+SPECULATE_BYTES = 12
+SPECULATE_CONTEXTS = 24
+
+
+@dataclass
+class _Shared:
+    """What the states of one ``initial`` call share: the model, filter, trie and options."""
+
+    llm: Any
+    canon: Any
+    trie: Any
+    eos_byte_strings: set[bytes]
+    speculate: bool
+    spell: Spellings
+    asked: OrderedDict[tuple[int, ...], None]
+
+    def remember(self, contexts: list[tuple[int, ...]]) -> None:
+        """Note contexts the model was asked for (their rows are likely cached)."""
+        for c in contexts:
+            self.asked[c] = None
+            self.asked.move_to_end(c)
+        while len(self.asked) > 4096:
+            self.asked.popitem(last=False)
+
+
+class ExactByteState(StatefulByteLM):
+    """Every canonical tokenization covering the bytes read so far (see module doc).
+
+    Build it with :meth:`initial`.
+
+    Args:
+        states: The candidates (materialized, with finite weights).
+        shared: What the states of one model share.
+    """
+
+    def __init__(self, states: list[ExactTrieState], shared: _Shared) -> None:
+        self.states = sorted(states, key=lambda s: -s.weight)
+        self.shared = shared
+
+    @classmethod
+    async def initial(
+        cls, llm: Any, *, eos_byte_strings: Any = None, speculate: bool = True
+    ) -> ExactByteState:
+        """The state before any byte: the model's start token.
+
+        Args:
+            llm: Any token-level AsyncLM whose tokenizer is byte-level BPE.
+            eos_byte_strings: Byte strings of the tokens that end a sequence (as in
+                ``BeamParams``): their probability goes to ``EOS`` (257).
+            speculate: Ask for the contexts of predicted bytes in forwards that are
+                needed anyway (saves forwards on backends that cache, e.g. genlm-hf).
+
+        Raises:
+            CanonicalityUnsupportedError: The tokenizer is not byte-level BPE (or its
+                pre-tokenizer cannot be read); use ``ByteBeamState``.
+            InvalidBeamParamsError: ``eos_byte_strings`` is not a collection of bytes.
+        """
+        eos = _byte_strings(eos_byte_strings)
+        canon = shared_filter(llm)
+        trie = shared_exact_trie(llm, eos)
+        spell = _spellings(canon)
+        shared = _Shared(llm, canon, trie, eos, bool(speculate), spell, OrderedDict())
+        state = ExactTrieState(initial_context(llm, canon), trie, trie.trie.root, 0.0)
+        await state.materialize()
+        return cls([state] if state.weight > -math.inf else [], shared)
+
+    def __iter__(self) -> Iterator[ExactTrieState]:
+        return iter(self.states)
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    @functools.cached_property
+    def logZ(self) -> float:  # noqa: N802 - ByteBeamState's name
+        """``log q(bytes read)``: their exact log-probability (as a prefix of the text)."""
+        return logsumexp([s.weight for s in self.states])
+
+    def prune(self) -> ExactByteState:
+        """This state: nothing is pruned (kept for ``ByteBeamState``'s interface)."""
+        return self
+
+    # -- reading bytes ---------------------------------------------------------------
+
+    async def __lshift__(self, a: int) -> ExactByteState:
+        """The state after byte ``a`` (0-255) or ``EOS`` (257).
+
+        Raises:
+            InvalidByteError: ``a`` is not a byte or EOS.
+            EmptyBeamError: No canonical tokenization covers the bytes read.
+        """
+        a = _check_byte(a)
+        self._check_nonempty()
+        known = [t for t in (s << a for s in self.states) if t is not None]
+        for state in await self.extend():
+            advanced = state << a
+            if advanced is not None:
+                known.append(advanced)
+        return ExactByteState(known, self.shared)
+
+    async def logp_next(self) -> LazyByteProbs:
+        """Exact log-probabilities of the next byte (0-255), EOT (256, -inf) and EOS (257).
+
+        Raises:
+            EmptyBeamError: No canonical tokenization covers the bytes read.
+        """
+        self._check_nonempty()
+        return next_byte_logps(self.states, await self.extend())
+
+    async def extend(self) -> list[ExactTrieState]:
+        """Every candidate that ends a canonical token here, in its new context (materialized).
+
+        The new contexts are asked for in one batched call, with the speculative ones.
+        """
+        candidates = [e for s in self.states for e in s.extend_all() if e.weight > -math.inf]
+        todo = [e for e in candidates if not e.is_materialized]
+        if todo:
+            ahead = self._speculation(candidates) if self.shared.speculate else []
+            await asyncio.gather(*(e.materialize() for e in todo), *ahead)
+            self.shared.remember([tuple(e.lm_state.context) for e in todo])
+        return [e for e in candidates if e.weight > -math.inf]
+
+    def _check_nonempty(self) -> None:
+        if not self.states:
+            raise EmptyBeamError(
+                "no canonical tokenization covers the bytes read: their probability is 0 "
+                "under this model (invalid UTF-8, or bytes after EOS)"
+            )
+
+    # -- speculation -----------------------------------------------------------------
+
+    def _speculation(self, extensions: list[ExactTrieState]) -> list[Any]:
+        """Model calls for the contexts along the predicted next bytes (cache warming).
+
+        Only when some needed context is new (a forward happens anyway).
+        """
+        shared = self.shared
+        new = [e for e in extensions if tuple(e.lm_state.context) not in shared.asked]
+        if not new or not self.states:
+            return []
+        predicted = _predict(self.states[0], SPECULATE_BYTES)
+        if not predicted:
+            return []
+        origins = [(s.lm_state, bytes(s.partial)) for s in self.states if not s.terminated]
+        origins += [(e.lm_state, b"") for e in extensions]
+        contexts = []
+        for lm_state in reading(origins, predicted, shared.spell):
+            context = tuple(lm_state.context)
+            if context not in shared.asked:
+                contexts.append(context)
+            if len(contexts) >= SPECULATE_CONTEXTS:
+                break
+        shared.remember(contexts)
+        return [_warm(shared.llm, list(c)) for c in contexts]
+
+    # -- prefill ---------------------------------------------------------------------
+
+    async def prefill(self, bs: Any) -> ExactByteState:
+        """The state after the bytes ``bs`` (EOS tokens are ordinary tokens meanwhile).
+
+        Same result as ``state << b`` for each byte, every context's masses taken in
+        ``TrieMode.WITHOUT_EOS`` (the beam's ``prefill`` too reads a prompt's EOS byte
+        strings as text); faster: the contexts it needs are listed first (without the
+        model) and asked for in one prefix call along the longest chain and one
+        batched call.
+        """
+        data = _as_bytes(bs)
+        if not data:
+            return self
+        self._check_nonempty()
+        shared = self.shared
+        readers = [s for s in self.states if not s.terminated]  # nothing follows EOS
+        origins = [(s.lm_state, bytes(s.partial)) for s in readers]
+        roots = plan(origins, data, shared.spell)
+        nodes = walk(roots)
+        rows = await _rows(shared.llm, roots, nodes)
+        for root, state in zip(roots, readers, strict=True):
+            root.logp = state.weight - float(state.mass[state.node])
+        for node in nodes:
+            node.logp = node.parent.logp + float(
+                rows[tuple(node.parent.lm_state.context)][node.token]
+            )
+        finals = []
+        for root, (_, partial) in zip(roots, origins, strict=True):
+            finals.append((root, partial + data))
+        longest = shared.spell.longest
+        finals += [(n, data[n.end :]) for n in nodes if len(data) - longest < n.end < len(data)]
+        states = await asyncio.gather(*(self._advanced(node, rest) for node, rest in finals))
+        kept = [s.with_mode(TrieMode.WITH_EOS) for s in states if s is not None]
+        return ExactByteState(kept, shared)
+
+    async def _advanced(self, node: Node, rest: bytes) -> ExactTrieState | None:
+        """A fresh candidate in ``node``'s context that has read ``rest`` (or None)."""
+        if not self.shared.spell.starts(rest):
+            return None
+        if not math.isfinite(node.logp):
+            return None
+        trie = self.shared.trie
+        state = ExactTrieState(
+            node.lm_state, trie, trie.trie.root, node.logp, mode=TrieMode.WITHOUT_EOS
+        )
+        await state.materialize()
+        current: ExactTrieState | None = state
+        for b in rest:
+            if current is None:
+                return None
+            current = current << b
+        return current
+
+    async def cleanup(self) -> None:
+        """Stop the batching of a trie this state does not share (shared tries live on)."""
+        for trie in {id(s.trie): s.trie for s in self.states}.values():
+            if not is_shared_trie(trie):
+                await trie.cleanup()
+
+    def __repr__(self) -> str:
+        lines = [f"Z: {self.logZ}", "Candidates:"]
+        for state in self.states:
+            lines.append(f"({math.exp(state.weight - self.logZ):.4f}) {state!r}")
+        return "\n".join(lines) + "\n"
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _spellings(canon: Any) -> Spellings:
+    spell = getattr(canon, "_exact_spellings", None)
+    if spell is None:
+        spell = canon._exact_spellings = Spellings(
+            canon.byte_vocab, lambda i: canon.texts[i] is not None
+        )
+    return spell
+
+
+def _predict(state: ExactTrieState, limit: int) -> bytes:
+    """The likeliest bytes after ``state``'s position, down its token trie by mass.
+
+    Stops where ending the token is likelier than going on, or after ``limit`` bytes.
+    """
+    out = bytearray()
+    mass, children, node = state.mass, state.children, state.node
+    while len(out) < limit:
+        best, best_mass, stop_mass = None, -math.inf, -math.inf
+        for key, child in children[node].items():
+            m = float(mass[child])
+            if isinstance(key, int) and key < 256 and m > best_mass:
+                best, best_mass = (key, child), m
+            elif type(key) is tuple:
+                stop_mass = max(stop_mass, m)
+        if best is None or best_mass <= stop_mass:
+            break
+        out.append(best[0])
+        node = best[1]
+    return bytes(out)
+
+
+async def _warm(llm: Any, context: list[int]) -> None:
+    """Ask for a context's distribution to fill the model's cache (errors ignored)."""
+    try:
+        await llm.next_token_logprobs(context)
+    except InvalidTokenIdsError:
+        pass  # past the model's context window: the real call reports it
+
+
+async def _rows(llm: Any, roots: list[Node], nodes: list[Node]) -> dict[tuple[int, ...], Any]:
+    """The next-token log-probabilities of every context of the plan, in few forwards.
+
+    The longest chain goes through ``prefix_next_token_logprobs`` (one forward over it,
+    which also fills prefix caches); the other contexts are one batched call.
+    """
+    contexts: dict[tuple[int, ...], None] = {}
+    for node in [*roots, *nodes]:
+        contexts[tuple(node.lm_state.context)] = None
+    chain = _deepest(roots, nodes)
+    out: dict[tuple[int, ...], Any] = {}
+    prefix = getattr(llm, "prefix_next_token_logprobs", None)
+    if prefix is not None and len(chain) > 1:
+        sequence = list(chain[-1].lm_state.context)
+        start = len(chain[0].lm_state.context) - 1
+        rows = await prefix(sequence, start=start)
+        for i, row in enumerate(rows):
+            out[tuple(sequence[: start + i + 1])] = row
+    rest = [c for c in contexts if c not in out]
+    if rest:
+        for c, row in zip(
+            rest, await llm.batch_next_token_logprobs([list(c) for c in rest]), strict=True
+        ):
+            out[c] = row
+    return out
+
+
+def _deepest(roots: list[Node], nodes: list[Node]) -> list[Node]:
+    """The longest chain of contexts (most tokens) from a root, root first."""
+    depth = {id(r): 1 for r in roots}
+    best = roots[0] if roots else None
+    for node in nodes:  # parents come first
+        depth[id(node)] = depth[id(node.parent)] + 1
+        if depth[id(node)] > depth[id(best)]:
+            best = node
+    chain = []
+    while best is not None:
+        chain.append(best)
+        best = best.parent
+    return chain[::-1]

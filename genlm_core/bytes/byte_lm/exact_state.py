@@ -1,0 +1,161 @@
+"""The pieces ``ExactByteState`` is made of: canonical contexts and masked trie states.
+
+* :class:`CanonicalTokenizedLM`: a token context over an AsyncLM that also knows its
+  canonicality (the :class:`~genlm_core.bytes.canonical.pending.Pending` end of it).
+* :class:`ExactTrieState`: a :class:`LazyTrieState` whose masses count only the next
+  tokens that keep the context canonical, computed in float64. Its weight is the
+  log-probability of the bytes read along its context, summed over every canonical
+  last token (no renormalisation of the model): at a token boundary, ``log p(context)``
+  plus the log-mass of the canonical next tokens.
+* :func:`shared_filter` / :func:`shared_exact_trie`: built once per model and shared.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+
+from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
+from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
+from genlm_core.bytes.canonical import EMPTY, CanonicalFilter, Pending
+from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
+
+__all__ = [
+    "CanonicalTokenizedLM",
+    "ExactTrieState",
+    "Float64TokenByteTrie",
+    "shared_exact_trie",
+    "shared_filter",
+]
+
+
+class Float64TokenByteTrie(TokenByteTrie):
+    """A :class:`TokenByteTrie` whose masses are float64 (the exact state's numerics)."""
+
+    out_dtype = np.float64
+
+
+class CanonicalTokenizedLM(StatefulTokenizedLM):
+    """A token context that knows which next tokens keep it canonical.
+
+    Args:
+        model: The AsyncLM.
+        context: Token ids (the start token first).
+        canon: The :class:`CanonicalFilter` of the model's tokenizer.
+        pending: The context's unsettled end (:data:`EMPTY` after the start token).
+    """
+
+    def __init__(self, model: Any, context: list[int], canon: CanonicalFilter, pending: Pending):
+        super().__init__(model, context)
+        self.canon = canon
+        self.pending = pending
+
+    def __lshift__(self, token: int) -> CanonicalTokenizedLM:
+        """The context after ``token``."""
+        token = int(token)
+        return CanonicalTokenizedLM(
+            self.model, [*self.context, token], self.canon, self.canon.extend(self.pending, token)
+        )
+
+    def mask(self, mode: Any, eos_ids: list[int]) -> np.ndarray:
+        """Which next tokens keep the context canonical (boolean over token ids).
+
+        In ``WITH_EOS`` mode the EOS tokens end the text: allowed when the context is
+        the tokenizer's encoding of its text. In ``WITHOUT_EOS`` they are ordinary.
+        """
+        allowed = self.canon.mask(self.pending)
+        if mode == TrieMode.WITH_EOS and eos_ids:
+            allowed = allowed.copy()
+            allowed[eos_ids] = self.canon.complete(self.pending)
+        return allowed
+
+
+class ExactTrieState(LazyTrieState):
+    """A trie state over canonical next tokens only (see module doc)."""
+
+    async def materialize(self) -> ExactTrieState:
+        """Mask the model's distribution to canonical tokens and compute float64 masses.
+
+        The first time, the weight (the context's log-probability) gains the log-mass of
+        the canonical next tokens, so that it sums over every last token.
+        """
+        if self._mass is None:
+            base = self.weight  # log p(context): materializing twice (concurrently) is harmless
+            logps = await self.lm_state.logp_next()
+            allowed = self.lm_state.mask(self.mode, self.trie_eos_ids)
+            values = torch.as_tensor(logps).detach().cpu().numpy().astype(np.float64, copy=False)
+            masked = np.where(allowed[: len(values)], values, -np.inf)
+            mass = await self.trie.log_weight_sum(masked, self.mode)
+            # states are materialized at a token boundary (the root): add every next token
+            self._mass = mass
+            self.weight = base + float(mass[self.node])
+        return self
+
+    @property
+    def trie_eos_ids(self) -> list[int]:
+        """Token ids of the EOS byte strings (those the trie counts at the EOS node)."""
+        return self.trie.trie.eos_token_ids
+
+    def __lshift__(self, b: int) -> ExactTrieState | None:
+        """The state after byte ``b``, or None if no canonical token goes on with it."""
+        out = super().__lshift__(b)
+        if out is None or out.weight == -np.inf:
+            return None
+        return out
+
+
+# -- shared per model ----------------------------------------------------------------------
+
+_FILTERS: weakref.WeakKeyDictionary[Any, CanonicalFilter] = weakref.WeakKeyDictionary()
+_TRIES: weakref.WeakKeyDictionary[Any, dict[frozenset[bytes], AsyncTokenByteTrie]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_filter(llm: Any) -> CanonicalFilter:
+    """The :class:`CanonicalFilter` of ``llm``'s tokenizer, built once per model.
+
+    Raises:
+        CanonicalityUnsupportedError: The tokenizer is not byte-level BPE (or not one
+            this reads); the message points to ``ByteBeamState``.
+    """
+    try:
+        canon = _FILTERS.get(llm)
+    except TypeError:
+        canon = None
+    if canon is None:
+        canon = CanonicalFilter(llm.tokenizer, llm.byte_vocab)
+        try:
+            _FILTERS[llm] = canon
+        except TypeError:  # a model that takes no weak reference: not shared
+            pass
+    return canon
+
+
+def shared_exact_trie(llm: Any, eos_byte_strings: set[bytes]) -> AsyncTokenByteTrie:
+    """The float64 byte trie of ``llm``'s vocabulary for these EOS strings, built once."""
+    key = frozenset(eos_byte_strings)
+    try:
+        per_model = _TRIES.setdefault(llm, {})
+    except TypeError:
+        per_model = {}
+    trie = per_model.get(key)
+    if trie is None:
+        trie = per_model[key] = AsyncTokenByteTrie(
+            Float64TokenByteTrie(llm.byte_vocab, eos_byte_strings=set(key))
+        )
+    return trie
+
+
+def initial_context(llm: Any, canon: CanonicalFilter) -> CanonicalTokenizedLM:
+    """The context of just the model's start token (its BOS, else its EOS)."""
+    start = StatefulTokenizedLM.initial(llm).context
+    return CanonicalTokenizedLM(llm, list(start), canon, EMPTY)
+
+
+def is_shared_trie(trie: Any) -> bool:
+    """Whether ``trie`` is one of the shared exact tries (kept alive for other states)."""
+    return any(trie is t for tries in _TRIES.values() for t in tries.values())

@@ -1,0 +1,238 @@
+"""BPE inside one pre-token: which adjacent token pairs the merges leave as they are.
+
+Within a pre-token, byte-level BPE applies its merges lowest rank first (leftmost on
+ties, as the tokenizers library does). A token string is the BPE of its bytes exactly
+when every adjacent pair is (Vieira et al. 2025, bigram canonicality), so one pair
+test decides it. The pair ``(a, c)`` is broken when some merge ``(x, y)`` joins a
+symbol ``x`` on ``a``'s right edge (its *right spine*: ``a``, the right part it was
+merged from, and so on down to a byte) with a symbol ``y`` on ``c``'s left spine
+before ``x`` and ``y`` are merged into ``a`` and ``c``: ``rank(x, y)`` below the rank
+that consumes ``x`` inside ``a`` and at most the rank that consumes ``y`` inside ``c``
+(the cross pair is further left, so it wins a tie).
+
+:meth:`BPEPairs.invalid_after` evaluates that for one ``a`` against the whole
+vocabulary at once (an inverted index from spine symbols to tokens); scalar questions
+go to the tokenizer's own BPE model, which is the reference the tests hold this to.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BPEPairs"]
+
+_INF = 2**31  # above every merge rank; keys y * 2**32 + rank stay in int64
+
+
+class BPEPairs:
+    """The merges of a tokenizer, organised for pair tests.
+
+    Args:
+        spec: The tokenizer's :class:`~genlm_core.bytes.canonical.spec.TokenizerSpec`.
+        byte_vocab: The model's tokens (``llm.byte_vocab``): bytes per token id.
+        cache_size: How many ``invalid_after`` vectors to keep.
+    """
+
+    def __init__(self, spec: Any, byte_vocab: list[bytes], cache_size: int = 256) -> None:
+        from tokenizers import models
+
+        self.n = len(byte_vocab)
+        self.ignore_merges = spec.ignore_merges
+        self.strings = {i: s for s, i in spec.vocab.items()}
+        ids = spec.vocab
+        self.ranks: dict[tuple[int, int], tuple[int, int]] = {}
+        for rank, (u, v) in enumerate(spec.merges):
+            key = (ids[u], ids[v])
+            if key not in self.ranks:
+                self.ranks[key] = (rank, ids[u + v])
+        # merges-only BPE (no ignore_merges): what bigram validity is about
+        self._merges_only = models.BPE(spec.vocab, spec.merges, ignore_merges=False)
+        self._full = spec.backend.model
+        self.left = np.full(self.n, -1, dtype=np.int64)
+        self.right = np.full(self.n, -1, dtype=np.int64)
+        self.rank = np.full(self.n, -1, dtype=np.int64)
+        self.derivable = np.zeros(self.n, dtype=bool)
+        self._derive(byte_vocab, ids)
+        self._index()
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        #: Bytes of vocabulary tokens BPE's merges never produce (kept whole only by
+        #: ``ignore_merges``), for the closed-group test.
+        self.underivable_bytes = {
+            bytes(byte_vocab[i]): i
+            for i in self.strings
+            if i < self.n and not self.derivable[i] and len(byte_vocab[i]) > 1
+        }
+
+    # -- derivations ------------------------------------------------------------------
+
+    def _derive(self, byte_vocab: list[bytes], ids: dict[str, int]) -> None:
+        """Which tokens merges rebuild from their bytes, and the last merge that does.
+
+        The tokenizer's BPE (merges only) says which; the last merge is the one merge
+        that makes the token when only one does (GPT-2-style merge lists), else it comes
+        from running BPE on the token's bytes (tiktoken-converted lists, e.g. Llama-3).
+        """
+        byte_id = {}
+        for s, i in ids.items():
+            if len(s) == 1 and i < self.n and len(byte_vocab[i]) == 1:
+                byte_id[byte_vocab[i][0]] = i
+        makers: dict[int, list[tuple[int, int, int]]] = {}
+        for (u, v), (rank, result) in self.ranks.items():
+            makers.setdefault(result, []).append((u, v, rank))
+        ranks = self.ranks
+        for s, tid in ids.items():
+            if tid >= self.n:
+                continue
+            data = bytes(byte_vocab[tid])
+            if not data or any(b not in byte_id for b in data):
+                continue
+            if len(data) == 1:
+                self.derivable[tid] = byte_id[data[0]] == tid
+                continue
+            made = makers.get(tid, [])
+            if len(made) == 1:
+                if [t.id for t in self._merges_only.tokenize(s)] == [tid]:
+                    self.derivable[tid] = True
+                    self.left[tid], self.right[tid], self.rank[tid] = made[0]
+                continue
+            final, last = _bpe([byte_id[b] for b in data], ranks)
+            if final == [tid] and last is not None:
+                self.derivable[tid] = True
+                self.left[tid], self.right[tid], self.rank[tid] = last
+
+    def _index(self) -> None:
+        """Inverted index of left spines and merges grouped by their left symbol."""
+        ys, cs, consume = [], [], []
+        for c in np.flatnonzero(self.derivable).tolist():
+            y, k = c, _INF
+            while y >= 0:
+                ys.append(y)
+                cs.append(c)
+                consume.append(k)
+                k = int(self.rank[y])
+                y = int(self.left[y])
+        ys_a, cs_a, consume_a = map(np.asarray, (ys, cs, consume))
+        order = np.lexsort((-consume_a, ys_a))
+        self._spine_y = ys_a[order]
+        self._spine_c = cs_a[order]
+        self._spine_key = ys_a[order] * (2 * _INF) + (_INF - consume_a[order])
+        self._spine_start = np.searchsorted(self._spine_y, np.arange(self.n + 1))
+        lefts = np.fromiter((u for u, _ in self.ranks), dtype=np.int64, count=len(self.ranks))
+        rights = np.fromiter((v for _, v in self.ranks), dtype=np.int64, count=len(self.ranks))
+        rk = np.fromiter((r for r, _ in self.ranks.values()), dtype=np.int64, count=len(self.ranks))
+        order = np.argsort(lefts, kind="stable")
+        self._m_left, self._m_right, self._m_rank = lefts[order], rights[order], rk[order]
+        self._m_start = np.searchsorted(self._m_left, np.arange(self.n + 1))
+
+    def right_spine(self, a: int) -> list[tuple[int, int]]:
+        """``(symbol, rank that consumes it inside a)`` down ``a``'s right edge."""
+        out, x, k = [], a, _INF
+        while x >= 0:
+            out.append((x, k))
+            k = int(self.rank[x])
+            x = int(self.right[x])
+        return out
+
+    # -- pair tests ---------------------------------------------------------------------
+
+    def invalid_after(self, a: int) -> np.ndarray:
+        """Boolean vector over token ids: ``c`` cannot follow ``a`` inside one pre-token.
+
+        True where merges would join across the pair, and for tokens the merges never
+        produce. Cached per ``a``; treat the result as read-only.
+        """
+        hit = self._cache.get(a)
+        if hit is not None:
+            self._cache.move_to_end(a)
+            return hit
+        out = ~self.derivable
+        if self.derivable[a]:
+            out = out.copy()
+            ys, rs = [], []
+            for x, k in self.right_spine(a):
+                lo, hi = self._m_start[x], self._m_start[x + 1]
+                keep = self._m_rank[lo:hi] < k
+                ys.append(self._m_right[lo:hi][keep])
+                rs.append(self._m_rank[lo:hi][keep])
+            y, r = np.concatenate(ys), np.concatenate(rs)
+            if y.size:
+                start = self._spine_start[y]
+                end = np.searchsorted(self._spine_key, y * (2 * _INF) + (_INF - r), side="right")
+                counts = np.maximum(end - start, 0)
+                total = int(counts.sum())
+                if total:
+                    offsets = np.repeat(start - np.cumsum(counts) + counts, counts)
+                    out[self._spine_c[offsets + np.arange(total)]] = True
+        else:
+            out = np.ones(self.n, dtype=bool)
+        out.flags.writeable = False
+        self._cache[a] = out
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return out
+
+    def merges_only(self, ids: list[int]) -> bool:
+        """Whether merges alone (no ``ignore_merges``) turn these tokens' bytes into them."""
+        if len(ids) == 1:
+            return bool(self.derivable[ids[0]])
+        text = "".join(self.strings[i] for i in ids)
+        return [t.id for t in self._merges_only.tokenize(text)] == list(ids)
+
+    def closed_group(self, ids: list[int]) -> bool:
+        """Whether the tokenizer's BPE turns a whole pre-token spelled by ``ids`` into them."""
+        text = "".join(self.strings[i] for i in ids)
+        return [t.id for t in self._full.tokenize(text)] == list(ids)
+
+    def underivable_after(self, tail: bytes) -> dict[int, bytes]:
+        """Underivable tokens whose bytes start with ``tail`` (the rest, by token id)."""
+        return {i: b[len(tail) :] for b, i in self.underivable_bytes.items() if b.startswith(tail)}
+
+
+def _bpe(
+    symbols: list[int], ranks: dict[tuple[int, int], tuple[int, int]]
+) -> tuple[list[int], tuple[int, int, int] | None]:
+    """The tokenizers library's BPE on one word: final symbols and its last merge.
+
+    Merges are applied lowest rank first, leftmost first on ties (a heap of
+    ``(rank, position)``), re-checking each popped entry against the current symbols.
+    """
+    n = len(symbols)
+    sym = list(symbols)
+    prev = list(range(-1, n - 1))
+    nxt = [*range(1, n), -1]
+    alive = [True] * n
+    heap = []
+    for i in range(n - 1):
+        m = ranks.get((sym[i], sym[i + 1]))
+        if m is not None:
+            heap.append((m[0], i, m[1]))
+    heapq.heapify(heap)
+    last = None
+    while heap:
+        rank, pos, new = heapq.heappop(heap)
+        if not alive[pos] or nxt[pos] < 0:
+            continue
+        j = nxt[pos]
+        m = ranks.get((sym[pos], sym[j]))
+        if m is None or m[1] != new:
+            continue
+        last = (sym[pos], sym[j], rank)
+        sym[pos] = new
+        alive[j] = False
+        nxt[pos] = nxt[j]
+        if nxt[j] >= 0:
+            prev[nxt[j]] = pos
+        if prev[pos] >= 0:
+            m = ranks.get((sym[prev[pos]], new))
+            if m is not None:
+                heapq.heappush(heap, (m[0], prev[pos], m[1]))
+        if nxt[pos] >= 0:
+            m = ranks.get((new, sym[nxt[pos]]))
+            if m is not None:
+                heapq.heappush(heap, (m[0], pos, m[1]))
+    return [sym[i] for i in range(n) if alive[i]], last

@@ -1,0 +1,473 @@
+"""``CanonicalFilter``: which tokens may come next in a canonical token string.
+
+A token string ``t`` is *canonical* when some text continuation ``s`` makes ``t`` a
+prefix of the tokenizer's encoding of ``bytes(t) + s`` (special tokens never parsed
+from text). The filter answers, for a context (a canonical token string) and every
+token ``d``, whether ``context + [d]`` is canonical, in three steps:
+
+1. **Pre-token boundaries.** Only the context's *pending* text (after its last settled
+   boundary) can change; the boundaries of ``pending + d + c0`` for each next
+   character class ``c0`` come from :class:`~.tables.PendingTable`. ``d`` must end a
+   pre-token (a boundary right after it, or the end of the text), have none inside,
+   and every boundary inside the pending text must fall between two tokens.
+2. **BPE inside pre-tokens.** Closed pre-tokens must be the tokenizer's BPE of their
+   bytes; the open one (with ``d``) must be a string BPE's merges leave alone, which is
+   decided pair by pair (:class:`~.bpe.BPEPairs`), plus ``ignore_merges``: a
+   pre-token that is one vocabulary entry is that token.
+3. **Characters split between tokens** (:mod:`.tokens`): a token that ends inside a
+   character counts with the ways the next tokens can complete it.
+
+It is exact for the pre-tokenizers it accepts (checked against the tokenizer when
+built) and tested against a brute-force oracle that asks the tokenizer's encoder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from genlm_core.bytes.canonical.bpe import BPEPairs
+from genlm_core.bytes.canonical.pending import EMPTY, Pending, missing_bytes
+from genlm_core.bytes.canonical.pretok import Pretokenizer
+from genlm_core.bytes.canonical.spec import read_spec
+from genlm_core.bytes.canonical.tables import (
+    PendingTable,
+    Tables,
+    TokenClassStrings,
+    settled_offset,
+)
+from genlm_core.bytes.canonical.tokens import byte_ids_of, completions, split_utf8
+
+__all__ = ["EMPTY", "MAX_DEPTH", "CanonicalFilter", "Pending"]
+
+#: How many tokens ahead a pre-token that must go on is followed (see docs/bytes.md).
+MAX_DEPTH = 3
+#: Entries kept in the per-context caches before they are emptied.
+CACHE_ENTRIES = 200_000
+
+
+class CanonicalFilter:
+    """Canonical next tokens of a byte-level BPE tokenizer (see module doc).
+
+    Build one per tokenizer (a few seconds: it runs BPE on every token) and share it;
+    :func:`canonical_filter` does.
+
+    Args:
+        tokenizer: The model's Hugging Face tokenizer.
+        byte_vocab: The model's tokens (``llm.byte_vocab``).
+
+    Raises:
+        CanonicalityUnsupportedError: The tokenizer is not one this covers.
+    """
+
+    def __init__(self, tokenizer: Any, byte_vocab: list[Any]) -> None:
+        self.spec = read_spec(tokenizer)
+        self.byte_vocab = [bytes(t) for t in byte_vocab]
+        self.n = len(self.byte_vocab)
+        self.pretok = Pretokenizer(self.spec.splits)
+        self.pairs = BPEPairs(self.spec, self.byte_vocab)
+        self.classes = self.pretok.classes
+        self.strings = TokenClassStrings()
+        self._analyse_tokens()
+        self.pretok.verify(self.spec.backend, self._verification_texts())
+        self.tables = Tables(self.pretok, self.strings)
+        self._settled: dict[tuple[int, ...], int] = {}
+        self._groups: dict[tuple[tuple[int, ...], Any], tuple[bool, tuple[int, ...]]] = {}
+        self._next_cache: dict[tuple[tuple[int, ...], bytes, int], bool] = {}
+
+    # -- vocabulary ------------------------------------------------------------------
+
+    def _analyse_tokens(self) -> None:
+        n, classes, reach = self.n, self.classes, self.classes.reach
+        excluded = set(self.spec.added_ids) | {i for i in range(n) if i not in self.pairs.strings}
+        self.texts = [
+            None if i in excluded or not b else split_utf8(b) for i, b in enumerate(self.byte_vocab)
+        ]
+        for ch in _PROBE_CHARS:
+            classes.of(ch)
+        classes.enumerate_all()
+        self.normal = np.zeros(n, dtype=bool)
+        self.cs = np.zeros(n, dtype=np.int64)
+        for i, t in enumerate(self.texts):
+            if t is not None and not t.lead and not t.trail:
+                self.normal[i] = True
+                self.cs[i] = self.strings.id(classes.string(t.text, head=reach))
+            elif t is not None:
+                for ch in t.text:
+                    classes.of(ch)
+        self.normal_ids = np.flatnonzero(self.normal)
+        self.normal_cs = self.cs[self.normal_ids]
+        if self.spec.ignore_merges:
+            self.alone = np.ones(n, dtype=bool)
+        else:
+            self.alone = self.pairs.derivable.copy()
+        self.token_id = {b: i for i, b in enumerate(self.byte_vocab) if self.normal[i]}
+        # tokens that end inside a character, with the ways to complete it
+        byte_ids = byte_ids_of(self.byte_vocab, excluded)
+        mixed: dict[int, list[tuple[int, bytes, str]]] = {}
+        for i, t in enumerate(self.texts):
+            if t is not None and t.lead and len(t.text) == 1 and not t.trail:
+                mixed.setdefault(len(t.lead), []).append((i, t.lead, t.text))
+        self._trail: dict[int, dict[tuple[int, ...], list[Any]]] = {}
+        entries = []  # (token, class string of its text + completed char, completion)
+        for i, t in enumerate(self.texts):
+            if t is None or not t.trail:
+                continue
+            found = completions(i, t.trail, byte_ids, self.pairs, classes, mixed)
+            self._trail[i] = found
+            if t.lead:
+                continue  # only after a context ending inside a character: handled there
+            for comp_list in found.values():
+                for comp in comp_list:
+                    cs = self.strings.id(classes.string(t.text + comp.text, head=reach))
+                    entries.append((i, cs, comp))
+        self._entry_token = np.asarray([e[0] for e in entries], dtype=np.int64)
+        self._entry_cs = np.asarray([e[1] for e in entries], dtype=np.int64)
+        self._entry_comp = [e[2] for e in entries]
+        self._entry_closed = np.asarray(
+            [self.pairs.closed_group([i, *c.tokens]) for i, _, c in entries], dtype=bool
+        )
+        self._entry_by_bytes: dict[bytes, list[int]] = {}
+        for k, (i, _, comp) in enumerate(entries):
+            self._entry_by_bytes.setdefault(self.byte_vocab[i] + comp.rest, []).append(k)
+        self.lead_ids = [i for i, t in enumerate(self.texts) if t is not None and t.lead]
+        self._tokens_of_cs: dict[int, list[int]] = {}
+        for i in self.normal_ids.tolist():
+            self._tokens_of_cs.setdefault(int(self.cs[i]), []).append(i)
+
+    def _verification_texts(self) -> list[str]:
+        """Texts on which the pre-tokenizer emulation must agree with the tokenizer."""
+        chars = sorted(
+            {ch for t in self.texts if t is not None for ch in t.text} | set(_PROBE_CHARS)
+        )
+        contexts = [
+            "{}",
+            "a{}",
+            "{}a",
+            " {}",
+            "{} ",
+            "{}{}",
+            "1{}",
+            "{}1",
+            "'{}",
+            "{}'s",
+            "\n{}",
+            "{}\n",
+            "  {}x",
+            ".{}.",
+        ]
+        texts = [c.format(ch, ch) for ch in chars for c in contexts]
+        reps = self.classes.reps
+        texts += [a + b + c for a in reps for b in reps for c in ("", "a", " ", "\n")]
+        return texts
+
+    # -- contexts --------------------------------------------------------------------
+
+    def extend(self, pending: Pending, token: int) -> Pending:
+        """The pending part of ``context + [token]``, settled as far as it can be."""
+        ids = (*pending.ids, int(token))
+        data = pending.data + self.byte_vocab[token]
+        new = Pending(ids, data, self.byte_vocab)
+        if new.partial or not new.text:
+            return new
+        offset = self._settle(new.text)
+        if offset <= 0:
+            return new
+        for k, end in enumerate(new.ends):
+            if end == offset:
+                rest = ids[k + 1 :]
+                return Pending(
+                    rest,
+                    data[sum(len(self.byte_vocab[t]) for t in ids[: k + 1]) :],
+                    self.byte_vocab,
+                )
+        return new
+
+    def warm(self, length: int = 4) -> int:
+        """Build now the tables of every pending state short texts reach (a few seconds).
+
+        Otherwise each is built the first time a context needs it (0.1-0.3 s each).
+        Benchmarks call this before timing, as they build tries first.
+
+        Args:
+            length: Characters of class representatives explored from the empty text.
+
+        Returns:
+            The number of distinct tables.
+        """
+        seen, frontier = {""}, [""]
+        for _ in range(length):
+            new = []
+            for text in frontier:
+                for rep in self.classes.reps:
+                    grown = text + rep
+                    rest = grown[self._settle(grown) :]
+                    if rest not in seen:
+                        seen.add(rest)
+                        new.append(rest)
+            frontier = new
+        tables = {id(self.table(Pending((), t.encode(), []))): t for t in seen}
+        for text in tables.values():
+            table = self.table(Pending((), text.encode(), []))
+            table.close_array()
+            table.straddle_array()
+        return len(tables)
+
+    def _settle(self, text: str) -> int:
+        key = self.classes.string(text)
+        hit = self._settled.get(key)
+        if hit is None:
+            hit = self._settled[key] = settled_offset(self.pretok, self.classes.text(key))
+        return hit
+
+    def table(self, pending: Pending) -> PendingTable:
+        """The structure table of a pending text (complete characters only)."""
+        return self.tables.of(self.classes.string(pending.text))
+
+    def _group_ok(self, pending: Pending, structure: Any) -> tuple[bool, tuple[int, ...]]:
+        """Whether the pending tokens fit ``structure``; the open group's tokens if any."""
+        key = (pending.ids, structure)
+        hit = self._groups.get(key)
+        if hit is not None:
+            return hit
+        n = len(pending.text)
+        cuts, joined = tuple(n + c for c in structure[0]), structure[1]
+        ends = [e for e in pending.ends if e is not None]
+        out: tuple[bool, tuple[int, ...]] = (False, ())
+        if set(cuts) <= set(ends):
+            stops = [*cuts, len(pending.text)] if joined else list(cuts)
+            groups, current = [], []
+            for t, end in zip(pending.ids, pending.ends, strict=True):
+                current.append(t)
+                if end is not None and end in stops:
+                    groups.append(current)
+                    current = []
+            closed_ok = all(self.pairs.closed_group(g) for g in groups)
+            if joined:
+                out = (closed_ok and not current, ())
+            else:
+                out = (
+                    closed_ok and bool(current) and self.pairs.merges_only(current),
+                    tuple(current),
+                )
+        if len(self._groups) > CACHE_ENTRIES:  # bounded: pending parts only repeat locally
+            self._groups.clear()
+        self._groups[key] = out
+        return out
+
+    # -- queries ---------------------------------------------------------------------
+
+    def mask(self, pending: Pending) -> np.ndarray:
+        """Boolean vector over token ids: ``context + [d]`` is canonical.
+
+        Args:
+            pending: The context's pending part (:meth:`extend` from :data:`EMPTY`).
+        """
+        return self._mask(pending, 0)
+
+    def _mask(self, pending: Pending, depth: int) -> np.ndarray:
+        out = np.zeros(self.n, dtype=bool)
+        if pending.partial:
+            for d in self.lead_ids:
+                out[d] = self._valid(pending, d, depth)
+            return out
+        table = self.table(pending)
+        bits = table.close_array()
+        tok_bits = bits[self.normal_cs]
+        ent_bits = bits[self._entry_cs] if len(self._entry_cs) else np.zeros(0, np.uint64)
+        good_joined = np.uint64(0)
+        opens = []
+        for k, structure in enumerate(table.structures):
+            ok, tail = self._group_ok(pending, structure)
+            if ok and structure[1]:
+                good_joined |= np.uint64(1 << k)
+            elif ok:
+                opens.append((np.uint64(1 << k), tail))
+        ids = self.normal_ids
+        valid = ((tok_bits & good_joined) != 0) & self.alone[ids]
+        ent_valid = ((ent_bits & good_joined) != 0) & self._entry_closed
+        bad = self.pairs.invalid_after(pending.ids[-1]) if pending.ids else None
+        good_open = np.uint64(0)
+        for bit, tail in opens:
+            good_open |= bit
+            tail_bytes = b"".join(self.byte_vocab[t] for t in tail)
+            hit, ent_hit = self._underivable(tail_bytes)
+            valid |= ((tok_bits & bit) != 0) & ~bad[ids] & ~hit[ids]
+            ent_valid |= ((ent_bits & bit) != 0) & ~bad[self._entry_token] & ~ent_hit
+        out[ids] = valid
+        if len(self._entry_token):
+            np.logical_or.at(out, self._entry_token, ent_valid)
+        # tokens whose pre-token must go on into a next token (no closing future fits)
+        straddle = table.straddle_array()[self.normal_cs]
+        maybe = ~valid & ((straddle & good_joined) != 0) & self.pairs.derivable[ids]
+        if bad is not None:
+            maybe |= ~valid & ((straddle & good_open) != 0) & ~bad[ids]
+        for d in ids[maybe].tolist():
+            if self._straddles(pending, table, d, depth):
+                out[d] = True
+        return out
+
+    def _straddles(self, pending: Pending, table: PendingTable, token: int, depth: int) -> bool:
+        """Canonical with ``token``'s pre-token continuing into a next token."""
+        if depth >= MAX_DEPTH:
+            return False
+        for k, _ in table.straddle(int(self.cs[token])):
+            structure = table.structures[k]
+            ok, tail = self._group_ok(pending, structure)
+            if not ok:
+                continue
+            if structure[1]:
+                if not self.pairs.derivable[token]:
+                    continue
+            elif self.pairs.invalid_after(tail[-1])[token]:
+                continue
+            return self._has_next(self.extend(pending, token), depth + 1)
+        return False
+
+    def _has_next(self, pending: Pending, depth: int) -> bool:
+        """Whether some token can follow (the context is a canonical prefix)."""
+        key = (pending.ids, pending.data, depth)  # depth-limited: the answer depends on it
+        hit = self._next_cache.get(key)
+        if hit is None:
+            if len(self._next_cache) > CACHE_ENTRIES:
+                self._next_cache.clear()
+            hit = self._next_cache[key] = bool(self._mask(pending, depth).any())
+        return hit
+
+    def _underivable(self, tail: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens / completion entries that would close ``tail`` into an underivable token."""
+        hit = np.zeros(self.n, dtype=bool)
+        ent_hit = np.zeros(len(self._entry_token), dtype=bool)
+        if self.spec.ignore_merges:
+            for rest in self.pairs.underivable_after(tail).values():
+                t = self.token_id.get(rest)
+                if t is not None:
+                    hit[t] = True
+                for k in self._entry_by_bytes.get(rest, ()):
+                    ent_hit[k] = True
+        return hit, ent_hit
+
+    def valid_next(self, pending: Pending, token: int) -> bool:
+        """Whether ``context + [token]`` is canonical (one token; same rules as :meth:`mask`)."""
+        return self._valid(pending, token, 0)
+
+    def _valid(self, pending: Pending, token: int, depth: int) -> bool:
+        t = self.texts[token]
+        if t is None:
+            return False
+        if pending.partial:
+            return self._after_partial(pending, token, t)
+        if t.lead:
+            return False
+        if not t.trail:
+            if self._fits(pending, token, t.text, (token,), bool(self.alone[token])):
+                return True
+            table = self.table(pending)
+            return bool(table.straddle(int(self.cs[token]))) and self._straddles(
+                pending, table, token, depth
+            )
+        for comps in self._trail.get(token, {}).values():
+            for comp in comps:
+                closed = self.pairs.closed_group([token, *comp.tokens])
+                if self._fits(pending, token, t.text + comp.text, (token, *comp.tokens), closed):
+                    return True
+        return False
+
+    def _fits(
+        self, pending: Pending, token: int, text: str, spelled: tuple[int, ...], alone: bool
+    ) -> bool:
+        """Whether text ``text`` (tokens ``spelled``, first ``token``) may follow ``pending``."""
+        table = self.table(pending)
+        bits = table.close(self._cs(text))
+        for k, structure in enumerate(table.structures):
+            if not bits >> k & 1:
+                continue
+            ok, tail = self._group_ok(pending, structure)
+            if not ok:
+                continue
+            if structure[1] and alone:
+                return True
+            if not structure[1] and self.pairs.closed_group([*tail, *spelled]):
+                return True
+        return False
+
+    def _cs(self, text: str) -> int:
+        return self.strings.id(self.classes.string(text, head=self.classes.reach))
+
+    def _after_partial(self, pending: Pending, token: int, t: Any) -> bool:
+        """``token`` after a context ending inside a character: it must continue it."""
+        need = missing_bytes(pending.partial)
+        if len(t.lead) < need and not t.text and not t.trail:
+            # still inside the character: canonical if some token can then complete it
+            if self.pairs.invalid_after(pending.ids[-1])[token]:
+                return False
+            longer = self.extend(pending, token)
+            return any(self._after_partial(longer, d, self.texts[d]) for d in self.lead_ids)
+        if len(t.lead) != need:
+            return False
+        try:
+            char = (pending.partial + t.lead).decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        # the split character and the tokens around it share a pre-token
+        base = Pending(
+            pending.ids, pending.data[: len(pending.data) - len(pending.partial)], self.byte_vocab
+        )
+        table = self.table(base)
+        futures: list[tuple[str, tuple[int, ...]]] = [("", ())]
+        if t.trail:
+            futures = [(c.text, c.tokens) for cs in self._trail.get(token, {}).values() for c in cs]
+        for extra, comp_tokens in futures:
+            bits = table.close(self._cs(char + t.text + extra))
+            for k, (cuts, joined) in enumerate(table.structures):
+                if not bits >> k & 1:
+                    continue
+                cuts = tuple(len(base.text) + c for c in cuts)
+                stops = (*cuts, len(base.text)) if joined and base.text else cuts
+                ok, tail = self._open_tail(pending, stops)
+                if ok and tail and self.pairs.closed_group([*tail, token, *comp_tokens]):
+                    return True
+        return False
+
+    def _open_tail(self, pending: Pending, stops: tuple[int, ...]) -> tuple[bool, list[int]]:
+        """Check the closed groups up to the last stop; the tokens after it."""
+        ends = {e for e in pending.ends if e is not None}
+        if not set(stops) <= ends:
+            return False, []
+        group: list[int] = []
+        groups = []
+        for t, end in zip(pending.ids, pending.ends, strict=True):
+            group.append(t)
+            if end is not None and end in stops:
+                groups.append(group)
+                group = []
+        return all(self.pairs.closed_group(g) for g in groups), group
+
+    def complete(self, pending: Pending) -> bool:
+        """Whether the context is the tokenizer's encoding of its text (may end the text)."""
+        if pending.partial:
+            return False
+        if not pending.ids:
+            return True
+        n = len(pending.text)
+        cuts = tuple(b - n for b in self.pretok.boundaries(pending.text) if b < n)
+        ok, _ = self._group_ok(pending, (cuts, True))
+        return ok
+
+
+#: One character per Unicode category the regexes commonly test, so every class exists.
+_PROBE_CHARS = list("aAzZsStTrReEvVmMlLdD09 \t\n\r\x0b\x0c'\".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`")
+_PROBE_CHARS += [
+    "\u00a0",
+    "\u2003",
+    "\u3000",
+    "\u0301",
+    "é",
+    "中",
+    "😀",
+    "٣",
+    "Ⅳ",
+    "\u200b",
+    "\x85",
+]

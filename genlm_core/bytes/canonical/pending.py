@@ -1,0 +1,64 @@
+"""``Pending``: the unsettled end of a context, what canonicality of what follows needs.
+
+A context's text before its last *settled* pre-token boundary (one no future text can
+move) is canonical whatever comes next and never looked at again; the tokens after it,
+their bytes and where each ends in characters are kept. A context ending inside a UTF-8
+character keeps that character's bytes apart (``partial``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["EMPTY", "Pending", "missing_bytes"]
+
+
+class Pending:
+    """The unsettled end of a context: tokens after its last settled pre-token boundary.
+
+    Args:
+        ids: Token ids after the boundary.
+        data: Their bytes.
+    """
+
+    __slots__ = ("data", "ends", "ids", "partial", "text")
+
+    def __init__(self, ids: tuple[int, ...], data: bytes, byte_vocab: list[bytes]) -> None:
+        self.ids = ids
+        self.data = data
+        ends: list[int | None] = []
+        position = 0
+        decoded = 0
+        for t in ids:
+            position += len(byte_vocab[t])
+            try:
+                decoded = len(data[:position].decode("utf-8"))
+                ends.append(decoded)
+            except UnicodeDecodeError:
+                ends.append(None)
+        self.ends = tuple(ends)
+        text, partial = _complete_prefix(data)
+        self.text = text
+        self.partial = partial
+
+    def __repr__(self) -> str:
+        return f"Pending({self.ids}, {self.data!r})"
+
+
+def _complete_prefix(data: bytes) -> tuple[str, bytes]:
+    """``data`` decoded up to a trailing partial character, and that character's bytes."""
+    for back in range(0, min(3, len(data)) + 1):
+        try:
+            return data[: len(data) - back].decode("utf-8"), data[len(data) - back :]
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", errors="replace"), b""
+
+
+def missing_bytes(partial: bytes) -> int:
+    """How many continuation bytes the character started by ``partial`` still needs."""
+    lead = partial[0]
+    size = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    return size - len(partial)
+
+
+#: The pending part of the empty context (just the start token).
+EMPTY = Pending((), b"", [])

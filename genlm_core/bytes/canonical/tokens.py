@@ -1,0 +1,200 @@
+r"""Vocabulary tokens as text: class strings, split characters, and how to complete them.
+
+Byte-level tokens need not hold whole UTF-8 characters: ``b"\xe4\xb8"`` is the first
+two bytes of ``"中"``. Pre-tokenization sees characters, so such a token is analysed
+with the character it becomes part of: a token that *starts* with continuation bytes
+can only follow a context that ends inside a character, and a token that *ends* inside
+a character needs tokens after it that complete the character (the future). For the
+latter, :func:`completions` lists, per class of the completed character, a few byte
+strings that complete it and a tokenization of them that BPE leaves alone after the
+token (continuation-byte tokens only; see docs/bytes.md for what is left out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Completion", "TokenText", "completions", "split_utf8"]
+
+#: Witnesses kept per (token, completed character class): a context can rule out some.
+WITNESSES = 3
+
+
+@dataclass(frozen=True)
+class TokenText:
+    """A token's bytes as ``lead`` (continuation bytes) + ``text`` + ``trail`` (a char start)."""
+
+    lead: bytes
+    text: str
+    trail: bytes
+
+
+def split_utf8(data: bytes) -> TokenText | None:
+    """Split a token's bytes into leading continuation bytes, whole characters, partial end.
+
+    None when the bytes cannot occur in any UTF-8 text (a stray byte in the middle).
+    """
+    k = 0
+    while k < min(3, len(data)) and 0x80 <= data[k] <= 0xBF:
+        k += 1
+    lead, rest = data[:k], data[k:]
+    trail = b""
+    for back in range(1, min(4, len(rest)) + 1):
+        b = rest[-back]
+        if 0x80 <= b <= 0xBF:
+            continue
+        need = _char_length(b)
+        if need > back:
+            trail = rest[-back:]
+            if not _completable(trail):
+                return None
+        break
+    middle = rest[: len(rest) - len(trail)]
+    try:
+        text = middle.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return TokenText(lead, text, trail)
+
+
+def _char_length(lead: int) -> int:
+    if lead < 0x80:
+        return 1
+    if 0xC2 <= lead <= 0xDF:
+        return 2
+    if 0xE0 <= lead <= 0xEF:
+        return 3
+    if 0xF0 <= lead <= 0xF4:
+        return 4
+    return 0  # not a lead byte
+
+
+def _completable(trail: bytes) -> bool:
+    need = _char_length(trail[0]) - len(trail)
+    return need > 0 and any(_decodes(trail + bytes([x]) + b"\x80" * (need - 1)) for x in _CONT)
+
+
+def _decodes(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+_CONT = range(0x80, 0xC0)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """Bytes ``rest`` after a token complete its last character, spelled by ``tokens``.
+
+    ``text`` is the completed character, and the one character after it when the
+    completing token carries one.
+    """
+
+    text: str
+    rest: bytes
+    tokens: tuple[int, ...]
+
+
+def completions(
+    token: int,
+    trail: bytes,
+    byte_ids: dict[bytes, int],
+    pairs: Any,
+    classes: Any,
+    mixed: dict[int, list[tuple[int, bytes, str]]],
+) -> dict[tuple[int, ...], list[Completion]]:
+    """Ways to complete ``token``'s partial last character, grouped by class string.
+
+    A completion is either bytes finishing the character, tokenized into tokens made
+    only of continuation bytes, or one token that finishes it and adds one character
+    (``mixed``: by number of continuation bytes, ``(token, its continuation bytes, the
+    character)``); each adjacent pair (the token first) is one BPE's merges leave
+    alone. At most :data:`WITNESSES` per class string of the completed text, found
+    by trying completing bytes in order (see :func:`_byte_strings`).
+    """
+    need = _char_length(trail[0]) - len(trail)
+    found: dict[tuple[int, ...], list[Completion]] = {}
+    for rest in _byte_strings(need):
+        try:
+            char = (trail + rest).decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        k = (classes.of(char, False),)
+        if len(found.get(k, ())) >= WITNESSES:
+            continue
+        spelled = _spell(token, rest, byte_ids, pairs)
+        if spelled is not None:
+            found.setdefault(k, []).append(Completion(char, rest, spelled))
+    bad = pairs.invalid_after(token)
+    for other, lead, extra in mixed.get(need, ()):
+        if bad[other]:
+            continue
+        try:
+            char = (trail + lead).decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        k = (classes.of(char, False), classes.of(extra, False))
+        if len(found.get(k, ())) < WITNESSES:
+            found.setdefault(k, []).append(
+                Completion(char + extra, lead + extra.encode(), (other,))
+            )
+    return found
+
+
+def _byte_strings(n: int) -> list[bytes]:
+    """Continuation-byte strings of length ``n`` to try: every byte first, then a spread.
+
+    All 64 for one byte; every first byte with 8 (then 4) spread values after it for
+    two (512 of 4096) and three (2048 of 262144): enough to meet every character class
+    the first byte allows, and every pair BPE might merge with the token before.
+    """
+    if n == 1:
+        return [bytes([x]) for x in _CONT]
+    if n == 2:
+        return [bytes([x, y]) for x in _CONT for y in range(0x80, 0xC0, 8)]
+    return [
+        bytes([x, y, z])
+        for x in _CONT
+        for y in range(0x80, 0xC0, 8)
+        for z in (0x80, 0x8F, 0xA0, 0xBF)
+    ]
+
+
+def _spell(
+    token: int, rest: bytes, byte_ids: dict[bytes, int], pairs: Any
+) -> tuple[int, ...] | None:
+    """A tokenization of ``rest`` whose pairs (starting with ``token``) BPE leaves alone."""
+
+    def search(prev: int, pos: int) -> tuple[int, ...] | None:
+        if pos == len(rest):
+            return ()
+        bad = pairs.invalid_after(prev)
+        for end in range(len(rest), pos, -1):
+            t = byte_ids.get(rest[pos:end])
+            if t is not None and not bad[t]:
+                tail = search(t, end)
+                if tail is not None:
+                    return (t, *tail)
+        return None
+
+    return search(token, 0)
+
+
+def byte_ids_of(byte_vocab: list[bytes], excluded: Any) -> dict[bytes, int]:
+    """Bytes -> token id for the tokens made only of continuation bytes."""
+    out = {}
+    for i, b in enumerate(byte_vocab):
+        if b and i not in excluded and all(0x80 <= x <= 0xBF for x in b):
+            out.setdefault(bytes(b), i)
+    return out
+
+
+def as_array(values: list[int]) -> np.ndarray:
+    """An int64 array (helper for vectorised lookups)."""
+    return np.asarray(values, dtype=np.int64)

@@ -1,0 +1,137 @@
+"""Sampling token by token from a model's exact next-token log-probabilities.
+
+:class:`Sampling` gives :class:`~genlm_core.lm.AsyncLMBase` its ``sample`` and
+``batch_sample``; :func:`sampling_args` checks their arguments, for backends with a
+sampler of their own too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import numbers
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from genlm_core._validation import is_int_at_least, is_integer
+
+__all__ = ["Sampling", "sampling_args"]
+
+
+class Sampling:
+    """``sample`` and ``batch_sample`` over ``next_token_logprobs`` (a mixin of AsyncLMBase)."""
+
+    make_request: Any
+    next_token_logprobs: Any
+
+    async def sample(
+        self,
+        prompt_token_ids: Sequence[int],
+        max_tokens: int,
+        eos_token_ids: Iterable[int],
+        temperature: float = 1.0,
+        seed: int | None = None,
+        lora_name: str | None = None,
+    ) -> list[int]:
+        """Sample a continuation token by token, stopping at an EOS id or ``max_tokens``.
+
+        Args:
+            prompt_token_ids: The prompt.
+            max_tokens: Most tokens to generate (>= 0).
+            eos_token_ids: Ids that end the sample (not included in the result).
+            temperature: Logits are divided by it (> 0).
+            seed: Makes the sample reproducible.
+            lora_name: LoRA adapter, None for the base model.
+
+        Returns:
+            The generated token ids.
+        """
+        prompt = list(self.make_request(prompt_token_ids, lora_name).token_ids)
+        eos, generator = sampling_args(max_tokens, eos_token_ids, temperature, seed)
+        out: list[int] = []
+        for _ in range(max_tokens):
+            logprobs = await self.next_token_logprobs(prompt + out, lora_name=lora_name)
+            token = _draw(logprobs, temperature, generator)
+            if token in eos:
+                break
+            out.append(token)
+        return out
+
+    async def batch_sample(
+        self,
+        prompt_token_ids_list: Sequence[Sequence[int]],
+        max_tokens: int,
+        eos_token_ids: Iterable[int],
+        temperature: float = 1.0,
+        seed: int | None = None,
+        lora_name: str | None = None,
+    ) -> list[list[int]]:
+        """Sample one continuation per prompt, concurrently (so calls are batched).
+
+        With a ``seed``, prompt ``i`` uses ``seed + i``: reproducible, yet two equal
+        prompts get independent samples.
+        """
+        eos = list(eos_token_ids)
+        return list(
+            await asyncio.gather(
+                *(
+                    self.sample(
+                        ids,
+                        max_tokens,
+                        eos,
+                        temperature,
+                        None if seed is None else seed + i,
+                        lora_name,
+                    )
+                    for i, ids in enumerate(prompt_token_ids_list)
+                )
+            )
+        )
+
+
+def sampling_args(
+    max_tokens: int, eos_token_ids: Iterable[int], temperature: float, seed: int | None
+) -> tuple[frozenset[int], torch.Generator | None]:
+    """Validate ``sample``'s arguments; return the EOS ids and a seeded generator (or None).
+
+    Public so that a backend with its own sampler refuses bad input exactly like
+    :meth:`AsyncLMBase.sample` does.
+
+    Raises:
+        ValueError: Naming the bad value and the fix.
+    """
+    if not is_int_at_least(max_tokens, 0):
+        raise ValueError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+    if not isinstance(temperature, numbers.Real) or not temperature > 0:
+        raise ValueError(
+            f"temperature must be a number > 0, got {temperature!r}; for greedy decoding "
+            f"take argmax of next_token_logprobs instead"
+        )
+    if is_integer(eos_token_ids):
+        raise ValueError(
+            f"eos_token_ids must be a list of ints, got the int {eos_token_ids}; "
+            f"wrap it: [{eos_token_ids}]"
+        )
+    if isinstance(eos_token_ids, (str, bytes)) or not isinstance(eos_token_ids, Iterable):
+        raise ValueError(f"eos_token_ids must be a list of ints, got {eos_token_ids!r:.80}")
+    eos_list = list(eos_token_ids)
+    for i, t in enumerate(eos_list):
+        if not is_integer(t):
+            raise ValueError(
+                f"eos_token_ids[{i}] = {t!r} is a {type(t).__name__}, not an int token id"
+            )
+    eos = frozenset(int(t) for t in eos_list)
+    generator = None
+    if seed is not None:
+        if not is_integer(seed):
+            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+        generator = torch.Generator()
+        generator.manual_seed(int(seed))
+    return eos, generator
+
+
+def _draw(logprobs: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
+    logits = logprobs.float() if temperature == 1.0 else logprobs.float() / temperature
+    probs = torch.softmax(logits, dim=-1)
+    return int(torch.multinomial(probs, num_samples=1, generator=generator).item())

@@ -1,0 +1,233 @@
+"""The keyword options a backend accepts, read from its signatures, and the error for others.
+
+A backend's ``from_name(model_name, ..., **kwargs)`` passes what it does not use to its
+class, whose ``__init__`` passes the rest up the class hierarchy to
+:class:`~genlm_core.lm.AsyncLMBase`. :func:`accepted_options` follows that chain, so a
+misspelled option is refused before a model is loaded, naming the valid ones and the
+nearest match, instead of surfacing as a bare ``TypeError`` from a base class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from genlm_core.errors import InvalidArgumentError, InvalidOptionError
+
+__all__ = [
+    "DTYPES",
+    "Option",
+    "accepted_options",
+    "describe_options",
+    "check_dtype",
+    "check_options",
+    "merge_engine_options",
+    "unknown_option_error",
+]
+
+_KEYWORDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def _own_options(func: Callable[..., Any], skip: int) -> tuple[list[str], bool]:
+    """Keyword options of ``func`` after its first ``skip`` parameters; whether it has **kwargs."""
+    try:
+        params = list(inspect.signature(func).parameters.values())[skip:]
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to learn
+        return [], True
+    names = [
+        p.name for p in params if p.kind in _KEYWORDS and p.default is not inspect.Parameter.empty
+    ]
+    return names, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _class_options(cls: type) -> tuple[list[str], bool]:
+    """Options of ``cls(...)``: each ``__init__`` up the MRO while it forwards **kwargs.
+
+    A ``**kwargs`` that reaches ``object`` was consumed on the way (stored, passed
+    elsewhere): the options are then open-ended.
+    """
+    names: list[str] = []
+    forwards = False
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        if klass is object:
+            return names, forwards
+        own, forwards = _own_options(init, skip=1)  # self
+        names += own
+        if not forwards:
+            return names, False
+    return names, forwards
+
+
+def accepted_options(target: Callable[..., Any] | type) -> list[str] | None:
+    """Keyword options ``target`` accepts, or None when they cannot be known.
+
+    Args:
+        target: A backend class, or a loader: a ``from_name`` classmethod (whose
+            ``**kwargs`` go to its class) or a plain function.
+
+    Returns:
+        The sorted option names; None when a ``**kwargs`` leads somewhere unknown (a
+        plain function's), so that nothing can be checked.
+    """
+    if isinstance(target, type):
+        names, open_ended = _class_options(target)
+    else:
+        names, open_ended = _own_options(target, skip=1)  # the model name
+        owner = getattr(target, "__self__", None)
+        if open_ended and isinstance(owner, type):
+            more, open_ended = _class_options(owner)
+            names += more
+    return None if open_ended else sorted(set(names))
+
+
+def unknown_option_error(who: str, option: str, valid: Iterable[str]) -> InvalidOptionError:
+    """The error for ``option``, naming ``who`` refused it, the valid options and a near match."""
+    valid = sorted(valid)
+    close = difflib.get_close_matches(option, valid, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else "."
+    return InvalidOptionError(
+        f"{who} has no option {option!r}{hint} Valid options: {', '.join(valid) or 'none'}"
+    )
+
+
+def check_options(target: Callable[..., Any] | type, options: Iterable[str], who: str) -> None:
+    """Refuse the first of ``options`` that ``target`` does not accept.
+
+    Raises:
+        InvalidOptionError: Naming ``who``, the option, the valid ones and a near match.
+    """
+    valid = accepted_options(target)
+    if valid is None:
+        return
+    for option in options:
+        if option not in valid:
+            raise unknown_option_error(who, option, valid)
+
+
+#: What every backend's ``dtype=`` option accepts ("auto": the checkpoint's own dtype).
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_dtype(dtype: Any, backend: str) -> str:
+    """``dtype`` as one of :data:`DTYPES` (a ``torch.dtype`` is accepted by its name).
+
+    Raises:
+        InvalidArgumentError: Any other value, naming the backend and the choices.
+    """
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise InvalidArgumentError(
+            f"backend {backend!r}: dtype must be one of {', '.join(map(repr, DTYPES))}, "
+            f"got {dtype!r}"
+        )
+    return name
+
+
+def merge_engine_options(
+    engine_opts: dict[str, Any] | None, backend: str, **common: Any
+) -> dict[str, Any]:
+    """``engine_opts`` with the common options given (``dtype=``, ``revision=``), checked.
+
+    For engine backends, whose engine takes those options under the same names.
+
+    Raises:
+        InvalidArgumentError: A bad dtype, or an option given both ways with two values.
+    """
+    opts = dict(engine_opts or {})
+    for name, value in common.items():
+        if value is None:
+            continue
+        if name == "dtype":
+            value = check_dtype(value, backend)
+        if name in opts and opts[name] != value:
+            raise InvalidArgumentError(
+                f"backend {backend!r}: {name}={value!r} and engine_opts[{name!r}]="
+                f"{opts[name]!r} disagree; give one of them"
+            )
+        opts[name] = value
+    return opts
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One keyword option of a backend's loader.
+
+    Attributes:
+        name: Its keyword.
+        default: Its default, as written (``repr``).
+        help: The first sentence of its description in the docstring that defines it.
+        where: The function or class that takes it (``AsyncTransformer.from_name``).
+    """
+
+    name: str
+    default: str
+    help: str
+    where: str
+
+
+_ARG = re.compile(r"^(\s*)(\*{0,2}\w+)(?: \([^)]*\))?: (.*)$")
+
+
+def _arg_docs(func: Any) -> dict[str, str]:
+    """``{name: description}`` from a Google-style docstring's ``Args:`` section."""
+    lines = (inspect.getdoc(func) or "").splitlines()
+    docs: dict[str, str] = {}
+    try:
+        start = lines.index("Args:") + 1
+    except ValueError:
+        return docs
+    indent, current = None, None
+    for line in lines[start:]:
+        if line and not line[0].isspace():
+            break  # the next section
+        match = _ARG.match(line)
+        if match and (indent is None or len(match[1]) == indent):
+            indent, current = len(match[1]), match[2].lstrip("*")
+            docs[current] = match[3].strip()
+        elif current and line.strip():
+            docs[current] += " " + line.strip()
+    return docs
+
+
+def _first_sentence(text: str) -> str:
+    head = re.split(r"(?<=[.;])\s+(?=[A-Z])", text, maxsplit=1)[0]  # not at "e.g. ``x``"
+    return head.rstrip(".;")
+
+
+def describe_options(target: Callable[..., Any] | type) -> list[Option]:
+    """Every keyword option ``target`` accepts, with its default and its description.
+
+    Follows the same chain as :func:`accepted_options` (``from_name``, then each
+    ``__init__`` up the class hierarchy while ``**kwargs`` are passed on); an option
+    taken at two levels is described where it is first met.
+    """
+    chain: list[tuple[Any, str, dict[str, str]]] = []  # (function, where, its Args docs)
+    owner = target if isinstance(target, type) else getattr(target, "__self__", None)
+    if not isinstance(target, type):
+        chain.append((target, getattr(target, "__qualname__", repr(target)), _arg_docs(target)))
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is not None and klass is not object:
+                docs = {**_arg_docs(klass), **_arg_docs(init)}  # a class documents __init__
+                chain.append((init, klass.__name__, docs))
+    options: dict[str, Option] = {}
+    for func, where, docs in chain:
+        try:
+            params = list(inspect.signature(func).parameters.values())[1:]  # name or self
+        except (TypeError, ValueError):
+            continue
+        for p in params:
+            if p.kind in _KEYWORDS and p.default is not inspect.Parameter.empty:
+                help_text = _first_sentence(docs.get(p.name, ""))
+                options.setdefault(p.name, Option(p.name, repr(p.default), help_text, where))
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            break
+    return sorted(options.values(), key=lambda o: o.name)

@@ -1,0 +1,42 @@
+"""The request path between a model's callers and its backend.
+
+* :class:`AutoBatcher` coalesces concurrent ``await submit(key)`` calls into batched
+  calls of a sync function, run off the event loop in a :class:`WorkerThread`;
+  :class:`LoopBatchers` keeps one per event loop over one worker thread.
+* :class:`ComputeGate` runs a model's computations one at a time (or together, for a
+  thread-safe backend) and gives exclusive access for changes to the model.
+* :class:`OutputCache` keeps computed rows (LRU, bounded by entries and bytes);
+  :class:`RowPool` recycles their memory.
+* :class:`HeapTrimmer` hands freed memory back to the operating system.
+
+:class:`~genlm_core.lm.BatchedAsyncLM` puts these together; use them directly to batch
+anything else (the async tries do).
+"""
+
+from __future__ import annotations
+
+from genlm_core.runtime._batcher import AutoBatcher
+from genlm_core.runtime._cache import OutputCache, nbytes_of
+from genlm_core.runtime._gate import ComputeGate
+from genlm_core.runtime._heap import HeapTrimmer, process_trimmer, trim_heap, trimming_wanted
+from genlm_core.runtime._outcomes import BatcherStats, RequestFailure
+from genlm_core.runtime._per_loop import LoopBatchers
+from genlm_core.runtime._row_pool import RowPool, RowPoolStats
+from genlm_core.runtime._worker import WorkerThread
+
+__all__ = [
+    "AutoBatcher",
+    "BatcherStats",
+    "ComputeGate",
+    "HeapTrimmer",
+    "LoopBatchers",
+    "OutputCache",
+    "RequestFailure",
+    "RowPool",
+    "RowPoolStats",
+    "WorkerThread",
+    "nbytes_of",
+    "process_trimmer",
+    "trim_heap",
+    "trimming_wanted",
+]

@@ -1,0 +1,230 @@
+"""OutputCache: a thread-safe LRU of model outputs, bounded by entries and by bytes.
+
+The language models key it by ``(tuple(token_ids), lora_name)`` and store one
+log-probability tensor per key. The batcher's worker thread writes while the event
+loop reads, so every operation takes a lock.
+
+Sizes count ``nbytes`` of tensors and arrays (anything with an integer ``nbytes``),
+summed through tuples, lists and dict values; other objects count 0. A tensor that
+is a *view* (a row of a batch) reports its own bytes but keeps the whole batch's
+storage alive: store ``row.clone()`` when the byte budget matters.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from genlm_core._validation import is_int_at_least
+
+__all__ = ["OutputCache", "nbytes_of"]
+
+_MISSING = object()
+
+
+def nbytes_of(value: Any) -> int:
+    """Bytes held by ``value``'s tensors/arrays (``nbytes``), through tuples, lists, dicts."""
+    n = getattr(value, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    if isinstance(value, tuple | list):
+        return sum(nbytes_of(v) for v in value)
+    if isinstance(value, dict):
+        return sum(nbytes_of(v) for v in value.values())
+    return 0
+
+
+def _check_limit(name: str, value: int | None) -> None:
+    if value is not None and not is_int_at_least(value, 0):
+        raise ValueError(f"{name} must be None or an integer >= 0, got {value!r}")
+
+
+class OutputCache:
+    """Least-recently-used cache bounded by entry count and, optionally, by bytes.
+
+    Args:
+        max_entries: Most entries kept (None: no entry limit; 0 stores nothing).
+            Positional, so genlm-backend's ``OutputCache(maxsize)`` keeps working.
+        max_bytes: Most bytes of tensors/arrays kept (None: no byte limit). A single
+            value bigger than this is not stored.
+        maxsize: genlm-backend's name for ``max_entries``.
+        move_to_cpu: Store tensors on the CPU and move them back to their original
+            device when read (genlm-backend's option, to spare GPU memory).
+
+    Raises:
+        ValueError: A limit is not None or an integer >= 0, or both ``max_entries``
+            and ``maxsize`` are given.
+
+    Example::
+
+        cache = OutputCache(max_entries=4096, max_bytes=2**30)
+        cache[(tuple(ids), None)] = logprobs
+        hit = cache.get((tuple(ids), None))
+    """
+
+    def __init__(
+        self,
+        max_entries: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        maxsize: int | None = None,
+        move_to_cpu: bool = False,
+    ) -> None:
+        if maxsize is not None:
+            if max_entries is not None:
+                raise ValueError(
+                    f"pass max_entries or its alias maxsize, not both (got max_entries="
+                    f"{max_entries!r}, maxsize={maxsize!r})"
+                )
+            max_entries = maxsize
+        _check_limit("max_entries", max_entries)
+        _check_limit("max_bytes", max_bytes)
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.move_to_cpu = bool(move_to_cpu)
+        # key -> value, in LRU order; sizes (and original devices, with move_to_cpu)
+        # beside it: no tuple per entry, one object fewer per entry for the cyclic
+        # garbage collector to scan in a long-running program.
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._sizes: dict[Hashable, int] = {}
+        self._devices: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+        self._nbytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def maxsize(self) -> int | None:
+        """genlm-backend's name for :attr:`max_entries`."""
+        return self.max_entries
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tensors/arrays currently stored."""
+        return self._nbytes
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        """The value for ``key`` (now the most recently used), or ``default``."""
+        with self._lock:
+            value = self._data.get(key, _MISSING)
+            if value is _MISSING:
+                self.misses += 1
+                return default
+            self._data.move_to_end(key)
+            self.hits += 1
+            device = self._devices.get(key)
+        return _restore(value, device)
+
+    def __getitem__(self, key: Hashable) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: Hashable, value: Any) -> None:
+        device = None
+        if self.move_to_cpu and hasattr(value, "device") and hasattr(value, "cpu"):
+            device, value = value.device, value.cpu()
+        size = nbytes_of(value)
+        with self._lock:
+            old = self._remove(key)
+            if (self.max_bytes is not None and size > self.max_bytes) or self.max_entries == 0:
+                return  # could never fit; the stale old value is gone too
+            self._data[key] = value
+            self._sizes[key] = size
+            if device is not None:
+                self._devices[key] = device
+            self._nbytes += size
+            evicted = self._evict()
+        del evicted, old  # dropped values die here, after the sizes are updated
+
+    def __delitem__(self, key: Hashable) -> None:
+        with self._lock:
+            if key not in self._data:
+                raise KeyError(key)
+            value = self._remove(key)
+        del value
+
+    def pop(self, key: Hashable, default: Any = None) -> Any:
+        """Remove ``key`` and return its value, or ``default`` when absent."""
+        with self._lock:
+            device = self._devices.get(key)
+            value = self._remove(key, _MISSING)
+        if value is _MISSING:
+            return default
+        return _restore(value, device)
+
+    def remove_if(self, predicate: Callable[[Hashable], bool]) -> int:
+        """Remove every entry whose key satisfies ``predicate``; return how many.
+
+        For example ``cache.remove_if(lambda key: key[1] == "my-lora")`` when an
+        adapter is removed.
+        """
+        with self._lock:
+            doomed = [k for k in self._data if predicate(k)]
+            dropped = [self._remove(k) for k in doomed]
+        del dropped  # the values die here, after the sizes are updated
+        return len(doomed)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def keys(self) -> list[Hashable]:
+        """A snapshot of the keys, least recently used first."""
+        with self._lock:
+            return list(self._data)
+
+    def clear(self) -> None:
+        """Drop every entry (the hit/miss counters are kept)."""
+        with self._lock:
+            dropped, self._data = self._data, OrderedDict()
+            self._sizes, self._devices = {}, {}
+            self._nbytes = 0
+        dropped.clear()  # the values die here, after the sizes are updated
+
+    def __repr__(self) -> str:
+        return (
+            f"<OutputCache {len(self._data)} entries, {self._nbytes} bytes, "
+            f"max_entries={self.max_entries}, max_bytes={self.max_bytes}, "
+            f"hits={self.hits}, misses={self.misses}>"
+        )
+
+    # -- internals (call with the lock held where noted) ------------------------------
+    #
+    # Dropped values are released after the sizes are updated and the lock is free:
+    # a value's finalizer (genlm_core.runtime.RowPool returns row memory that way) may read
+    # this cache's size, and must not run under its lock.
+
+    def _remove(self, key: Hashable, default: Any = None) -> Any:
+        """Unlink ``key`` and return its value (lock held)."""
+        value = self._data.pop(key, _MISSING)
+        if value is _MISSING:
+            return default
+        self._nbytes -= self._sizes.pop(key)
+        if self._devices:
+            self._devices.pop(key, None)
+        return value
+
+    def _evict(self) -> list[Any]:
+        """Remove least-recently-used entries until within both limits (lock held).
+
+        Returns the removed values, for the caller to drop once the lock is released.
+        """
+        data = self._data
+        evicted = []
+        while (self.max_entries is not None and len(data) > self.max_entries) or (
+            self.max_bytes is not None and self._nbytes > self.max_bytes
+        ):
+            evicted.append(self._remove(next(iter(data))))
+        return evicted
+
+
+def _restore(value: Any, device: Any) -> Any:
+    """A stored value, moved back to its original device (``move_to_cpu``) if it had one."""
+    return value if device is None else value.to(device)

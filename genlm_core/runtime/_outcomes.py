@@ -1,0 +1,71 @@
+"""What a batch gives back besides results: a per-key failure, and the batcher's counters."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["BatcherStats", "RequestFailure", "failure_of", "resolve"]
+
+
+class RequestFailure:
+    """What ``batch_fn`` returns for a key that failed on its own: its callers get ``error``.
+
+    The other keys of the batch get their results: one bad request (a removed adapter,
+    a row a backend got wrong) never fails its neighbours.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"RequestFailure({self.error!r})"
+
+
+@dataclasses.dataclass
+class BatcherStats:
+    """Counters of an :class:`AutoBatcher` since it was created.
+
+    Attributes:
+        requests: Keys submitted (each key of ``submit_many`` counts once).
+        batches: Calls of ``batch_fn``.
+        deduplicated: Requests that joined a pending or in-flight computation of the
+            same key instead of adding one.
+        max_batch_seen: Most keys passed to one ``batch_fn`` call.
+        errors: ``batch_fn`` calls that raised (or returned the wrong number of results).
+    """
+
+    requests: int = 0
+    batches: int = 0
+    deduplicated: int = 0
+    max_batch_seen: int = 0
+    errors: int = 0
+
+
+def failure_of(value: Any) -> BaseException | None:
+    """The error of a :class:`RequestFailure` result, None for an ordinary result."""
+    return value.error if type(value) is RequestFailure else None
+
+
+def resolve(
+    futures: list[Any], value: Any, error: BaseException | None, copy: Callable[[Any], Any] | None
+) -> None:
+    """Give every caller still waiting for one key its outcome.
+
+    ``error`` fails them all; otherwise the first gets ``value`` and, with ``copy``,
+    each other one ``copy(value)`` (results callers may change in place).
+    """
+    first = True
+    for fut in futures:
+        if fut.done():
+            continue
+        if error is not None:
+            fut.set_exception(error)
+        elif first or copy is None:
+            fut.set_result(value)
+            first = False
+        else:
+            fut.set_result(copy(value))
