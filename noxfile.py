@@ -16,11 +16,12 @@ core run: the tests marked ``thorough`` and 10x the hypothesis examples (see con
 * Backend sessions install genlm-core and one plugin and run ``tests/<backend>``. The
   probe tests run everywhere; engine tests skip with the reason when the engine or
   the hardware is absent (``cuda``/``apple`` markers). The engine is installed as the
-  plugin's own recipe says for this host (``plugins/genlm_X/src/genlm_X/_install.py``,
-  loaded by path: the extra, then ``AFTER_EXTRA``), the recipe ``genlm backends``
-  gives users. What a session installed is listed in ``GENLM_TEST_INSTALLED``: those
-  modules must import (``tests/shared/session_requires.py``), so a broken engine
-  fails the session instead of skipping its tests.
+  plugin's own recipe says for this host (``plugins/genlm_X/src/genlm_X/install.toml``,
+  read by ``genlm_core/plugins/_recipe.py`` loaded by path: the extra, then the steps
+  after it), the recipe ``genlm backends`` gives users. What a session installed is
+  listed in ``GENLM_TEST_INSTALLED``: those modules must import
+  (``tests/shared/session_requires.py``), so a broken engine fails the session
+  instead of skipping its tests.
 * Venvs are reused (``reuse_venv = "yes"``): every install step runs again and only
   adds or upgrades what is missing, so a reused venv is brought up to date (but keeps
   packages a previous run added). Delete ``.nox`` to start from scratch.
@@ -79,8 +80,8 @@ def load_module(path: Path) -> ModuleType:
     """Import a standard-library-only module of this repository by its path.
 
     nox's own environment has neither genlm-core nor its plugins installed; the
-    modules loaded this way (genlm-core's probes, the plugins' install recipes) are
-    kept importable without them.
+    modules loaded this way (genlm-core's probes and install-recipe reader) are kept
+    importable without them.
     """
     name = "_nox_" + "_".join(path.relative_to(ROOT).with_suffix("").parts)
     spec = importlib.util.spec_from_file_location(name, path)
@@ -95,10 +96,12 @@ def plugin_dir(backend: str) -> Path:
 
 #: genlm-core's hardware probes (NVML through ctypes; CUDA_VISIBLE_DEVICES honoured).
 PROBES = load_module(ROOT / "genlm_core" / "plugins" / "probes.py")
-#: Each plugin's own install recipe (``genlm_X/_install.py``): the extra that brings its
-#: engine on a given host and the ``pip install`` arguments that follow it, the same
-#: module ``genlm backends`` words its install commands from.
-RECIPES = {b: load_module(plugin_dir(b) / "src" / f"genlm_{b}" / "_install.py") for b in BACKENDS}
+#: genlm-core's reader of the plugins' install recipes (standard library only).
+RECIPE = load_module(ROOT / "genlm_core" / "plugins" / "_recipe.py")
+#: Each plugin's own install recipe (``genlm_X/install.toml``): the extra that brings its
+#: engine on a given host and the ``pip`` steps that follow it, the same data ``genlm
+#: backends`` words its install commands from.
+RECIPES = {b: RECIPE.load(plugin_dir(b) / "src" / f"genlm_{b}" / RECIPE.FILE) for b in BACKENDS}
 
 
 def nvidia_gpus() -> int:
@@ -162,7 +165,7 @@ def declare_installed(session: nox.Session, *modules: str) -> None:
 
 
 #: The modules of each plugin's engine: they come with the plugin itself (transformers;
-#: mlx and mlx-lm on macOS and Linux), with its engine extra, or after it (AFTER_EXTRA).
+#: mlx and mlx-lm on macOS and Linux), with its engine extra, or after it (after_extra).
 ENGINE_MODULES = {
     "hf": ("transformers",),
     "vllm": ("vllm",),
@@ -178,14 +181,11 @@ def recipe_steps(backend: str, extra: str | None) -> tuple[tuple[str, ...], tupl
     """What genlm-``backend``'s recipe has done after installing with ``extra``.
 
     Returns:
-        The further ``pip install`` arguments (``AFTER_EXTRA``) and the distributions
-        to uninstall (``REMOVE_AFTER_EXTRA``, a recipe may leave it out).
+        The further ``pip install`` arguments (the rule's ``after_extra``) and the
+        distributions to uninstall (its ``remove_after_extra``).
     """
-    if extra is None:
-        return (), ()
     recipe = RECIPES[backend]
-    remove = getattr(recipe, "REMOVE_AFTER_EXTRA", {})
-    return recipe.AFTER_EXTRA.get(extra, ()), remove.get(extra, ())
+    return recipe.after_extra(extra), recipe.remove_after_extra(extra)
 
 
 def plugin_spec(backend: str, engine: bool = True) -> str:

@@ -1,13 +1,13 @@
 """The project's own backends, so users hear of those not installed and how to get them.
 
 Each official backend ships as its own distribution, and each owns its install recipe:
-a standard-library-only module ``genlm_X._install`` (``plugins/genlm_X/src/genlm_X/
-_install.py`` in a checkout) with ``DISTRIBUTION``, ``RUNS_ON``,
-``engine_extra(gpus=, system=, machine=) -> (extra, note)`` and ``AFTER_EXTRA`` (further
-``pip install`` arguments per extra). This module only finds that recipe (from the
-installed plugin, else from the checkout's ``plugins/`` folder, where the command then
-installs the plugin from) and words the command for this machine; the plugins'
-``_plugin.py`` use the same words for their ``BackendSpec.install_hint``.
+the data file ``genlm_X/install.toml`` (``plugins/genlm_X/src/genlm_X/install.toml`` in
+a checkout), read by :mod:`genlm_core.plugins._recipe` (its docstring has the format):
+the distribution, where it runs, and which extra brings the engine on a machine, with
+the ``pip install`` steps after it. This module only finds that recipe (in the
+installed plugin's package, else in the checkout's ``plugins/`` folder, where the
+command then installs the plugin from) and words the command for this machine; the
+plugins' ``_plugin.py`` use the same words for their ``BackendSpec.install_hint``.
 
 :func:`not_installed` tells, for each official backend that registered nothing,
 whether its distribution is missing (install it), installed but broken (its error),
@@ -16,17 +16,16 @@ or installed but disabled by ``GENLM_PLUGINS`` / ``GENLM_DISABLE_PLUGINS``.
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import importlib.util
 import platform
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from genlm_core import settings
+from genlm_core.plugins._recipe import FILE, Recipe, load
 from genlm_core.plugins.probes import nvidia_gpu_count
 
 if TYPE_CHECKING:
@@ -67,8 +66,8 @@ class OfficialBackend:
     @property
     def runs_on(self) -> str:
         """Where it runs, in the plugin's own words (empty if its recipe is not found)."""
-        module = recipe(self.name)
-        return module.RUNS_ON if module is not None else ""
+        found = recipe(self.name)
+        return found.runs_on if found is not None else ""
 
 
 OFFICIAL_BACKENDS = (
@@ -118,33 +117,37 @@ def _checkout_file(backend: OfficialBackend) -> Path | None:
     plugins = _checkout_plugins()
     if plugins is None:
         return None
-    path = plugins / backend.package / "src" / backend.package / "_install.py"
+    path = plugins / backend.package / "src" / backend.package / FILE
     return path if path.is_file() else None
 
 
-def recipe(name: str) -> ModuleType | None:
-    """The install recipe module of official backend ``name``, or None if it is not found.
+def _installed_file(backend: OfficialBackend) -> Path | None:
+    """The recipe in the installed plugin's package, found without importing the package."""
+    if not _installed(backend.distribution):
+        return None
+    try:
+        spec = importlib.util.find_spec(backend.package)
+    except (ImportError, ValueError):
+        return None
+    folders = (spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        path = Path(folder) / FILE
+        if path.is_file():
+            return path
+    return None  # an older release without a recipe file, or a broken install
 
-    Imported from the installed plugin, else loaded from the checkout's ``plugins/``.
+
+def recipe(name: str) -> Recipe | None:
+    """The install recipe of official backend ``name``, or None if it is not found.
+
+    Read from the installed plugin's package, else from the checkout's ``plugins/``.
 
     Raises:
         KeyError: ``name`` is not an official backend.
     """
     backend = _BY_NAME[name]
-    if _installed(backend.distribution):
-        try:
-            return importlib.import_module(f"{backend.package}._install")
-        except ImportError:
-            pass  # an older release without a recipe module, or a broken install
-    path = _checkout_file(backend)
-    if path is None:
-        return None
-    spec = importlib.util.spec_from_file_location(f"_genlm_recipe_{backend.package}", path)
-    if spec is None or spec.loader is None:
-        return None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    path = _installed_file(backend) or _checkout_file(backend)
+    return load(path) if path is not None else None
 
 
 def engine_extra(name: str, host: Host | None = None) -> tuple[str | None, str]:
@@ -153,11 +156,11 @@ def engine_extra(name: str, host: Host | None = None) -> tuple[str | None, str]:
     ``(None, "")`` when the plugin's recipe cannot be found (neither installed nor in
     a checkout). ``host`` defaults to this machine.
     """
-    module = recipe(name)
-    if module is None:
+    found = recipe(name)
+    if found is None:
         return None, ""
     host = host or Host.here()
-    return module.engine_extra(gpus=host.gpus, system=host.system, machine=host.machine)
+    return found.engine_extra(gpus=host.gpus, system=host.system, machine=host.machine)
 
 
 def install_command(name: str, host: Host | None = None) -> str:
@@ -169,7 +172,7 @@ def install_command(name: str, host: Host | None = None) -> str:
         KeyError: ``name`` is not an official backend.
     """
     backend = _BY_NAME[name]
-    module = recipe(name)
+    found = recipe(name)
     extra, _ = engine_extra(name, host)
     suffix = f"[{extra}]" if extra else ""
     plugins = _checkout_plugins()
@@ -177,7 +180,7 @@ def install_command(name: str, host: Host | None = None) -> str:
         command = f"pip install -e {shlex.quote(f'{plugins / backend.package}{suffix}')}"
     else:
         command = f"pip install {shlex.quote(f'{backend.distribution}{suffix}')}"
-    after = module.AFTER_EXTRA.get(extra, ()) if module is not None and extra else ()
+    after = found.after_extra(extra) if found is not None else ()
     if after:
         command += " && pip install " + " ".join(shlex.quote(a) for a in after)
     return command

@@ -17,12 +17,13 @@ import pytest
 
 from genlm_core import load_model_by_name
 from genlm_core.errors import UnknownBackendError
-from genlm_core.plugins import TrieRegistry, official
+from genlm_core.plugins import TrieRegistry, _recipe, official
 from genlm_core.plugins.manager import BrokenPlugin
 from genlm_core.plugins.official import Host
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
-RECIPES = sorted(PLUGINS.glob("genlm_*/src/genlm_*/_install.py"))
+RECIPES = sorted(PLUGINS.glob("genlm_*/src/genlm_*/install.toml"))
+READER = Path(official.__file__).with_name("_recipe.py")
 
 CPU = Host(gpus=0, system="Linux", machine="x86_64")
 GPU = Host(gpus=1, system="Linux", machine="x86_64")
@@ -63,7 +64,7 @@ FROM_PYPI = {
 
 @pytest.fixture
 def recipes_only(monkeypatch, tmp_path):
-    """A ``plugins/`` folder holding only the recipe modules: commands name PyPI distributions."""
+    """A ``plugins/`` folder holding only the recipe files: commands name PyPI distributions."""
     for path in RECIPES:
         target = tmp_path / path.relative_to(PLUGINS)
         target.parent.mkdir(parents=True)
@@ -116,18 +117,27 @@ def test_every_extra_a_recipe_names_is_in_the_plugins_pyproject():
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.parent.name)
-def test_recipe_modules_need_only_the_standard_library(path):
-    """genlm-core loads them by path from a checkout, and the noxfile can too."""
+def test_the_recipe_reader_needs_only_the_standard_library(path):
+    """genlm-core reads the recipes from a checkout, and the noxfile loads the reader by path."""
     code = (
         "import importlib.util\n"
-        f"spec = importlib.util.spec_from_file_location('r', {str(path)!r})\n"
+        f"spec = importlib.util.spec_from_file_location('r', {str(READER)!r})\n"
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-        "print(m.DISTRIBUTION, m.engine_extra(gpus=0, system='Linux', machine='x86_64'))\n"
+        f"recipe = m.load({str(path)!r})\n"
+        "print(recipe.distribution, recipe.engine_extra(gpus=0, system='Linux', "
+        "machine='x86_64'))\n"
     )
     out = subprocess.run(
         [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.startswith(path.parent.name.replace("_", "-") + " (")
+
+
+def test_a_recipe_with_an_unknown_condition_is_refused(tmp_path):
+    path = tmp_path / "install.toml"
+    path.write_text('distribution = "d"\nruns_on = "r"\n[[rule]]\nwhen = { os = "Linux" }\n')
+    with pytest.raises(ValueError, match="unknown conditions"):
+        _recipe.load(path)
 
 
 def test_this_checkout_is_recognised():

@@ -27,13 +27,12 @@ TORCH = "torch==2.13.0"
 
 def engine_steps(backend: str) -> tuple[str, list[str], list[str]]:
     """The plugin's recipe for this machine: requirement, then pip install / uninstall args."""
-    module = recipe(backend)
-    extra, note = module.engine_extra(**host())
-    project = by_name(module.DISTRIBUTION)
+    found = recipe(backend)
+    extra, note = found.engine_extra(**host())
+    project = by_name(found.distribution)
     requirement = f"{project.name}[{extra}]" if extra else project.name
     requirement += f"=={project.version}"
-    after = list(module.AFTER_EXTRA.get(extra, ())) if extra else []
-    remove = list(getattr(module, "REMOVE_AFTER_EXTRA", {}).get(extra, ())) if extra else []
+    after, remove = list(found.after_extra(extra)), list(found.remove_after_extra(extra))
     if extra is None and note:
         pytest.skip(f"genlm-{backend}'s engine cannot run here: {note}")
     return requirement, after, remove

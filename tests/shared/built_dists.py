@@ -97,10 +97,11 @@ def load_by_path(path: Path) -> ModuleType:
     return module
 
 
-def recipe(backend: str) -> ModuleType:
-    """genlm-``backend``'s install recipe (``genlm_X/_install.py``)."""
+def recipe(backend: str):
+    """genlm-``backend``'s install recipe: ``genlm_X/install.toml`` read by genlm-core's reader."""
+    reader = load_by_path(ROOT / "genlm_core" / "plugins" / "_recipe.py")
     package = f"genlm_{backend}"
-    return load_by_path(ROOT / "plugins" / package / "src" / package / "_install.py")
+    return reader.load(ROOT / "plugins" / package / "src" / package / reader.FILE)
 
 
 def host() -> dict[str, object]:

@@ -16,7 +16,10 @@ from genlm_core.plugins import (
 )
 from genlm_core.plugins.official import install_hint
 from genlm_hf import __version__
-from genlm_hf._install import BACKEND, DISTRIBUTION
+
+#: The backend this plugin registers (its entry point's name in the pyproject).
+BACKEND = "hf"
+DISTRIBUTION = "genlm-hf"
 
 MODEL_MODULE = "genlm_hf.lm"
 

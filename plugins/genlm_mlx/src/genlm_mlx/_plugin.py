@@ -21,7 +21,9 @@ from genlm_core.plugins import (
     module_available,
 )
 from genlm_core.plugins.official import install_hint
-from genlm_mlx._install import BACKEND
+
+#: The backend this plugin registers (its entry point's name in the pyproject).
+BACKEND = "mlx"
 
 MODEL_MODULE = "genlm_mlx.lm"
 #: (distribution, module) of the engine; ``mlx.core`` because ``mlx`` is a namespace package.

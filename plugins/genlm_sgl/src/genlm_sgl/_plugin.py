@@ -15,7 +15,9 @@ from __future__ import annotations
 from genlm_core.plugins import Availability, BackendSpec, hookimpl, module_available
 from genlm_core.plugins.official import install_hint
 from genlm_core.plugins.probes import nvidia_gpu_count
-from genlm_sgl._install import BACKEND
+
+#: The backend this plugin registers (its entry point's name in the pyproject).
+BACKEND = "sgl"
 
 MODEL_MODULE = "genlm_sgl.lm"
 CPU_NOTE = "CPU (SGLang's torch-native path; used only when named)"
@@ -25,7 +27,7 @@ def check() -> Availability:
     """Whether ``sgl`` can run here: sglang is installed; on CUDA, or on the CPU when named.
 
     The GPU is asked of the NVIDIA driver through NVML, without initialising CUDA; the
-    install command is this plugin's recipe (:mod:`genlm_sgl._install`) for this machine.
+    install command is this plugin's recipe (``genlm_sgl/install.toml``) for this machine.
     """
     if not module_available("sglang"):
         return Availability.no(f"sglang is not installed: {install_hint(BACKEND)}")

@@ -13,7 +13,9 @@ import importlib.metadata
 from genlm_core.plugins import Availability, BackendSpec, hookimpl, module_available
 from genlm_core.plugins.official import install_hint
 from genlm_core.plugins.probes import nvidia_gpu_count
-from genlm_vllm._install import BACKEND
+
+#: The backend this plugin registers (its entry point's name in the pyproject).
+BACKEND = "vllm"
 
 MODEL_MODULE = "genlm_vllm.lm"
 #: Priority on NVIDIA GPUs: first, above sgl (90), mlx (80) and hf (50).
