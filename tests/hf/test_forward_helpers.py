@@ -13,12 +13,12 @@ require("genlm_hf.lm", reason="genlm-hf is not installed")
 
 from genlm_core.runtime import RowPool  # noqa: E402
 from genlm_hf._logits import log_softmax_rows, logits_into  # noqa: E402
-from genlm_hf._workspace import Workspace  # noqa: E402
 from genlm_hf._threads import (  # noqa: E402
     SMALL_MODEL_PARAMETERS,
     auto_worker_threads,
     set_thread_torch_threads,
 )
+from genlm_hf._workspace import Workspace  # noqa: E402
 
 
 def in_thread(fn):
