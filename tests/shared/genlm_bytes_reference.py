@@ -10,6 +10,7 @@ allows.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +30,8 @@ TEXTS = {
 }
 
 _TRIES: dict[tuple[int, frozenset[bytes]], Any] = {}
+#: The async wrapper of each trie for the event loop it was last used on.
+_WRAPPERS: dict[tuple[int, frozenset[bytes]], tuple[asyncio.AbstractEventLoop, Any]] = {}
 
 
 def _exact_batch_weight_sum(self: Any, ws: Any, mode: Any = None) -> torch.Tensor:
@@ -50,13 +53,23 @@ def exact_sums() -> Iterator[None]:
 
 
 async def their_beam(llm: Any, params: Any) -> Any:
-    """``theirs.ByteBeamState.initial`` with its (slow to build) trie made once per model."""
+    """``theirs.ByteBeamState.initial`` with its (slow to build) trie made once per model.
+
+    The trie is shared; its async wrapper is made once per event loop: genlm-bytes'
+    wrapper keeps the batching task of the loop it first ran on and restarts it only
+    once that task is done, which depends on whether the test runner cancelled it
+    when it closed that loop (pytest-asyncio 0.24 does not: the next test's requests
+    went to a closed loop).
+    """
     key = (id(llm), frozenset(params.eos_byte_strings))
     if key not in _TRIES:
-        _TRIES[key] = their_trie.AsyncTokenByteTrie.from_vocab(
-            llm.byte_vocab, eos_byte_strings=params.eos_byte_strings, device="cpu"
+        _TRIES[key] = their_trie.TokenByteTrie(
+            decode=llm.byte_vocab, eos_byte_strings=params.eos_byte_strings, device="cpu"
         )
-    trie = _TRIES[key]
+    loop = asyncio.get_running_loop()
+    if key not in _WRAPPERS or _WRAPPERS[key][0] is not loop:
+        _WRAPPERS[key] = (loop, their_trie.AsyncTokenByteTrie(_TRIES[key]))
+    trie = _WRAPPERS[key][1]
     state = theirs.LazyTrieState.initial(llm, trie, mode=their_trie.TrieMode.WITH_EOS)
     return theirs.ByteBeamState([await state.materialize()], params)
 
