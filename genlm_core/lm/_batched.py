@@ -247,9 +247,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         Returns:
             A float32 CPU tensor of shape ``(len(token_ids) - start, len(byte_vocab))``.
         """
-        req = self.make_prefix_request(token_ids, lora_name, start)
-        rows = self._cached_prefix_rows(req)
-        missing = [i for i, row in enumerate(rows) if row is None]
+        req, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
@@ -266,9 +264,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
     ) -> torch.Tensor:
         """Synchronous :meth:`prefix_next_token_logprobs`, computed in the calling thread."""
-        req = self.make_prefix_request(token_ids, lora_name, start)
-        rows = self._cached_prefix_rows(req)
-        missing = [i for i, row in enumerate(rows) if row is None]
+        req, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
@@ -279,11 +275,17 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
         )
 
-    def _cached_prefix_rows(self, req: PrefixRequest) -> list[torch.Tensor | None]:
+    def _prefix_lookup(
+        self, token_ids: Sequence[int], lora_name: str | None, start: int
+    ) -> tuple[PrefixRequest, list[torch.Tensor | None], list[int]]:
+        """The checked request, its rows found in the output cache, and the missing indices."""
+        req = self.make_prefix_request(token_ids, lora_name, start)
         prefixes = req.prefixes()
         if self.cache is None:
-            return [None] * len(prefixes)
-        return [self.cache.get(prefix) for prefix in prefixes]
+            rows: list[torch.Tensor | None] = [None] * len(prefixes)
+        else:
+            rows = [self.cache.get(prefix) for prefix in prefixes]
+        return req, rows, [i for i, row in enumerate(rows) if row is None]
 
     def clear_cache(self) -> None:
         """Drop every cached output.

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from byte_oracle import gpt2_bytes
 
 
 @functools.cache
@@ -58,17 +59,8 @@ def reference_decoded_vocab() -> Callable[[str], tuple[list, list]]:
 
 
 def _gpt2_alphabet():
-    """GPT-2's bytes_to_unicode, written out independently of the code under test."""
-    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
-    bs += range(ord("®"), ord("ÿ") + 1)
-    cs = list(bs)
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs), strict=True))
+    """GPT-2's bytes_to_unicode (byte -> character), the oracle's table inverted."""
+    return {b: ch for ch, b in gpt2_bytes().items()}
 
 
 class SlowByteLevelTokenizer:
@@ -82,7 +74,7 @@ class SlowByteLevelTokenizer:
     def __init__(self, fast):
         self._fast = fast
         self.name_or_path = "slow-" + str(fast.name_or_path)
-        self.byte_decoder = {ch: b for b, ch in _gpt2_alphabet().items()}
+        self.byte_decoder = gpt2_bytes()
         self.added_tokens_decoder = fast.added_tokens_decoder
 
     def get_vocab(self):

@@ -62,3 +62,11 @@ def hf_models(asset_model_dir: Callable[[str], Any]) -> Callable[[str], Loaded]:
         return loaded[key]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def smollm2(hf_models):
+    """A SmolLM2 AsyncTransformer for one test module (its caches shared by its tests)."""
+    model = hf_models("smollm2").lm()
+    yield model
+    model.cleanup()

@@ -35,13 +35,6 @@ def eos_of(llm):
 
 
 @pytest.fixture(scope="module")
-def smollm2(hf_models):
-    model = hf_models("smollm2").lm()
-    yield model
-    model.cleanup()
-
-
-@pytest.fixture(scope="module")
 def tiny_gpt2(hf_models):
     model = hf_models("tiny-gpt2").lm()
     yield model

@@ -47,13 +47,6 @@ def tiny(hf_models):
     model.cleanup()
 
 
-@pytest.fixture(scope="module")
-def smollm2(hf_models):
-    model = hf_models("smollm2").lm()
-    yield model
-    model.cleanup()
-
-
 async def test_prefill_is_one_prefix_forward(tiny):
     state = await ExactByteState.initial(tiny)
     with count_forwards(tiny) as calls:
