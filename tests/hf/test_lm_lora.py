@@ -8,8 +8,10 @@ in one batch are grouped per adapter and cached per adapter.
 from __future__ import annotations
 
 import asyncio
+import shutil
 
 import pytest
+import safetensors.torch
 import torch
 from session_requires import require
 
@@ -24,10 +26,9 @@ from genlm_hf.errors import ModelLoadError  # noqa: E402
 from genlm_hf.lm import AsyncTransformer  # noqa: E402
 
 pytestmark = [
-    # transformers' peft integration calls its own deprecated API; peft warns on every
-    # second adapter of a model, which is exactly what these tests do
+    # peft's get_peft_model (make_adapter, merged_logprobs) calls transformers' deprecated
+    # API; genlm-hf itself silences peft's warning on a model's second adapter
     pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"),
-    pytest.mark.filterwarnings("ignore:Already found a `peft_config` attribute:UserWarning"),
 ]
 
 ATOL = 1e-4
@@ -160,6 +161,36 @@ def test_bad_adapter_path(setup, tmp_path):
         lm.add_new_lora(str(tmp_path / "no-such-adapter"), "x")
     assert isinstance(info.value, OSError)
     assert lm.lora_names == []
+
+
+async def test_an_adapter_for_another_model_is_refused_and_leaves_no_trace(
+    setup, hf_models, tmp_path
+):
+    """Target modules the model lacks: a ModelLoadError, and the model as it was."""
+    lm, _, key, adapters = setup
+    other = "tiny-gpt2" if key == "tiny-llama3" else "tiny-llama3"
+    foreign = make_adapter(hf_models(other).path, other, tmp_path / "foreign", seed=3)
+    before = lm.next_token_logprobs_uncached(PROMPTS[1])
+    with pytest.raises(ModelLoadError, match="could not load LoRA adapter 'x'"):
+        lm.add_new_lora(foreign, "x")
+    assert lm.lora_names == []
+    assert not hasattr(lm.model, "peft_config")
+    assert not any("lora_" in name for name, _ in lm.model.named_parameters())
+    torch.testing.assert_close(lm.next_token_logprobs_uncached(PROMPTS[1]), before)
+    # weights that name a module the config does not target: injected, then taken out
+    spoiled = tmp_path / "spoiled"
+    shutil.copytree(adapters["a"], spoiled)
+    weights = safetensors.torch.load_file(spoiled / "adapter_model.safetensors")
+    weights["base_model.model.no_such_module.lora_A.weight"] = torch.zeros(4, 4)
+    safetensors.torch.save_file(weights, spoiled / "adapter_model.safetensors")
+    with pytest.raises(ModelLoadError, match="do not fit this model: 1 unexpected"):
+        lm.add_new_lora(str(spoiled), "x")
+    assert not any("lora_" in name for name, _ in lm.model.named_parameters())
+    torch.testing.assert_close(lm.next_token_logprobs_uncached(PROMPTS[1]), before)
+    lm.add_new_lora(adapters["a"], "a")  # a fitting adapter still loads and serves
+    expected = merged_logprobs(hf_models(key).path, adapters["a"], [PROMPTS[1]])[0]
+    got = await lm.next_token_logprobs(PROMPTS[1], lora_name="a")
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
 
 
 async def test_prefix_logprobs_under_an_adapter(setup):

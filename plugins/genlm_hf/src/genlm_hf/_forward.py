@@ -68,6 +68,8 @@ class KVLayout:
         head_dim: Size of one head.
         dtype: Dtype of keys and values.
         device: Where they live.
+        cache_arg: The keyword ``model.forward`` takes the cache by (see
+            :func:`cache_argument`).
     """
 
     layers: int
@@ -75,6 +77,7 @@ class KVLayout:
     head_dim: int
     dtype: torch.dtype
     device: torch.device
+    cache_arg: str = "past_key_values"
 
     @property
     def bytes_per_token(self) -> int:
@@ -112,6 +115,20 @@ def accepts_logits_to_keep(model: Any) -> bool:
     return "logits_to_keep" in params
 
 
+def cache_argument(model: Any) -> str:
+    """The keyword ``model.forward`` takes its K/V cache by.
+
+    transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns, and
+    goes in 5.40); earlier releases know only ``past_key_values``. The class's method is
+    read, so a ``forward`` wrapped on the instance (by a profiler, a test) still counts.
+    """
+    try:
+        params = inspect.signature(type(model).forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
 @torch.no_grad()
 def probe_layout(model: Any) -> tuple[KVLayout | None, str]:
     """Run a one-token forward and read the cache's shape.
@@ -121,11 +138,12 @@ def probe_layout(model: Any) -> tuple[KVLayout | None, str]:
         (hybrid/linear-attention caches, layers of different shapes or devices).
     """
     cache = DynamicCache()
+    cache_arg = cache_argument(model)
     try:
         model(
             torch.zeros((1, 1), dtype=torch.long, device=_input_device(model)),
-            past_key_values=cache,
             use_cache=True,
+            **{cache_arg: cache},
         )
     except Exception as exc:  # noqa: BLE001 - any failure means: no prefix reuse
         return None, f"a forward with a DynamicCache failed ({type(exc).__name__}: {exc})"
@@ -148,6 +166,7 @@ def probe_layout(model: Any) -> tuple[KVLayout | None, str]:
             head_dim=kshape[3],
             dtype=dtypes.pop(),
             device=devices.pop(),
+            cache_arg=cache_arg,
         ),
         "",
     )
@@ -341,8 +360,8 @@ def run_group(
                 input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 position_ids=position_ids.to(device),
-                past_key_values=_SlotCache(buffer, width_past),
                 use_cache=True,
+                **{layout.cache_arg: _SlotCache(buffer, width_past)},
                 **kwargs,
             )
     else:

@@ -18,7 +18,7 @@ What makes it fast, compared with genlm-backend 0.3.1's class of the same name:
 * **Bounded memory.** K/V tensors and cached log-probs each live under a byte budget
   with least-recently-used eviction; genlm-backend's trie grows without limit.
 
-LoRA adapters (peft, through transformers' integration) are selected per request;
+LoRA adapters (peft's functional API, see :mod:`genlm_hf._peft`) are selected per request;
 requests are grouped per adapter version, and each version has its own prefix tree
 (genlm-core keeps the adapter table; this class implements its load/unload hooks).
 """
@@ -42,6 +42,7 @@ from genlm_core.backend_kit import (
 )
 from genlm_core.lm import GenlmBackendCompat, LoraAdapter
 from genlm_core.loading import check_dtype, resolve_model_name
+from genlm_hf import _peft
 from genlm_hf._forward import (
     KVLayout,
     Row,
@@ -317,30 +318,26 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
             raise MissingDependencyError(
                 "LoRA adapters need peft, which is not installed: pip install 'genlm-hf[peft]'"
             )
+        self._active = _UNKNOWN
         try:
-            self.model.load_adapter(adapter.path, adapter_name=adapter.engine_name)
+            _peft.attach(self.model, adapter.path, adapter.engine_name)
         except Exception as exc:
             raise ModelLoadError(
                 f"could not load LoRA adapter {adapter.name!r} from {adapter.path!r}: "
                 f"{type(exc).__name__}: {exc}. Pass a directory saved by peft's "
                 f"save_pretrained (adapter_config.json + adapter weights) for this base model"
             ) from exc
-        self._active = _UNKNOWN
 
     def _delete_weights(self, name: str) -> None:
-        self.model.delete_adapter(name)
         self._active = _UNKNOWN
+        _peft.detach(self.model, name)
 
     def _activate(self, adapter: str | None) -> None:
         """Enable the peft adapter ``adapter`` (None: the base model), if not already."""
         if adapter is self._active or adapter == self._active:
             return
-        if adapter is None:
-            if getattr(self.model, "_hf_peft_config_loaded", False):
-                self.model.disable_adapters()
-        else:
-            self.model.set_adapter(adapter)
-            self.model.enable_adapters()
+        self._active = _UNKNOWN  # until activate returns: a failure leaves no false claim
+        _peft.activate(self.model, adapter)  # type: ignore[arg-type]
         self._active = adapter
 
     # -- caches and lifecycle -------------------------------------------------------------
