@@ -17,6 +17,8 @@ from typing import Any
 
 __all__ = ["activate", "attach", "detach"]
 
+_WRAPPER_PREFIX = "base_model.model."
+
 
 def attach(model: Any, path: str, name: str) -> None:
     """Inject the adapter saved at ``path`` into ``model`` as ``name``, frozen for inference.
@@ -33,7 +35,10 @@ def attach(model: Any, path: str, name: str) -> None:
     config = PeftConfig.from_pretrained(path)
     config.inference_mode = True
     device = model.get_input_embeddings().weight.device
-    weights = load_peft_weights(path, device=str(device))
+    saved = load_peft_weights(path, device=str(device))
+    # PeftModel.save_pretrained names keys from its wrapper ("base_model.model."); the
+    # model here is the bare one (peft 0.21 strips this itself, 0.19 does not).
+    weights = {k.removeprefix(_WRAPPER_PREFIX): v for k, v in saved.items()}
     try:
         with warnings.catch_warnings():
             # A second adapter on the same model is what this integration is for.
