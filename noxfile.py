@@ -25,6 +25,11 @@ core run: the tests marked ``thorough`` and 10x the hypothesis examples (see con
 * Venvs are reused (``reuse_venv = "yes"``): every install step runs again and only
   adds or upgrades what is missing, so a reused venv is brought up to date (but keeps
   packages a previous run added). Delete ``.nox`` to start from scratch.
+* Every pip install is capped by ``tests/constraints.txt`` (``PIP_CONSTRAINT``): per
+  package, the newest version the default sessions last passed with, so a library
+  released since cannot break ``nox`` unseen (transformers 5.24 did: its adapter
+  methods refuse every released peft). ``GENLM_LATEST=1 nox`` runs without the caps;
+  when it is green, ``nox -s freeze`` rewrites the file from the venvs it left.
 * Sessions run with ``HF_HUB_OFFLINE=1``; test sessions also unset the plugin
   selection variables (GENLM_PLUGINS, GENLM_DISABLE_PLUGINS, GENLM_BACKEND) so
   results do not depend on the caller's shell.
@@ -33,6 +38,7 @@ core run: the tests marked ``thorough`` and 10x the hypothesis examples (see con
 from __future__ import annotations
 
 import importlib.util
+import os
 import platform
 import shutil
 from pathlib import Path
@@ -68,6 +74,14 @@ LINT_PATHS = (
 CLIENTS = ("llamppl==0.2.3",)
 #: Top-level modules of the reference libraries and the clients, for GENLM_TEST_INSTALLED.
 REFERENCE_MODULES = ("genlm", "llamppl")
+
+#: Upper bounds (not pins) for every package the default sessions install; see the
+#: module docstring. ``nox -s freeze`` writes it.
+CONSTRAINTS = ROOT / "tests" / "constraints.txt"
+if not os.environ.get("GENLM_LATEST") and CONSTRAINTS.exists():
+    os.environ["PIP_CONSTRAINT"] = " ".join(
+        filter(None, (os.environ.get("PIP_CONSTRAINT"), str(CONSTRAINTS)))
+    )
 
 OFFLINE = {"HF_HUB_OFFLINE": "1"}
 TEST_ENV = {**OFFLINE, "GENLM_PLUGINS": None, "GENLM_DISABLE_PLUGINS": None, "GENLM_BACKEND": None}
@@ -347,6 +361,55 @@ def build(session: nox.Session) -> None:
     # --noconftest: the root conftest loads genlm-core's pytest plugin, and genlm-core is
     # not installed here; the tests install the wheels in venvs of their own.
     session.run("pytest", "tests/release", "--noconftest", *session.posargs)
+
+
+#: What ``nox -s freeze`` leaves uncapped: pinned already (torch), the venv's own tools,
+#: and this repository's distributions (installed from their folders).
+UNCAPPED = {"torch", "pip", "setuptools", "wheel", "genlm-core", "genlm-dummy"} | {
+    f"genlm-{b}" for b in BACKENDS
+}
+
+
+@nox.session(python=False, default=False)
+def freeze(session: nox.Session) -> None:
+    """Rewrite tests/constraints.txt from the default sessions' venvs, after a green ``nox``.
+
+    Each package is capped at the newest version any of those venvs holds, so every
+    session's resolution stays valid; run it after ``GENLM_LATEST=1 nox`` to move the
+    caps up to what was just tested.
+    """
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    newest: dict[str, Version] = {}
+    for name in nox.options.sessions:
+        python = ROOT / ".nox" / name / "bin" / "python"
+        if not python.exists():
+            session.error(f"no venv for session {name!r} at {python}: run `nox` first")
+        listing = session.run(
+            str(python),
+            "-m",
+            "pip",
+            "list",
+            "--format=freeze",
+            "--exclude-editable",
+            silent=True,
+            external=True,
+        )
+        for line in listing.splitlines():
+            package, sep, version = line.strip().partition("==")
+            if not sep or canonicalize_name(package) in UNCAPPED:
+                continue
+            key, found = canonicalize_name(package), Version(version)
+            newest[key] = max(newest.get(key, found), found)
+    lines = [f"{key}<={newest[key].public}" for key in sorted(newest)]
+    CONSTRAINTS.write_text(
+        "# Upper bounds for every package `nox` installs (PIP_CONSTRAINT, see noxfile.py):\n"
+        "# the newest version its default sessions passed with. Written by `nox -s freeze`.\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+    session.log(f"{CONSTRAINTS.relative_to(ROOT)}: {len(lines)} packages capped")
 
 
 UV = "uv>=0.8"
