@@ -79,16 +79,34 @@ def params_pair(**kwargs: Any) -> tuple[Any, Any]:
     return theirs.BeamParams(**kwargs), ours.BeamParams(**kwargs)
 
 
-async def max_deviation(llm: Any, text: bytes, cuts: int = 6, **kwargs: Any) -> float:
+class Deviation(float):
+    """The worst deviation, with where it was seen (shown when an assertion fails)."""
+
+    where: str = "nowhere"
+
+    def __repr__(self) -> str:
+        return f"{float(self)!r} ({self.where})"
+
+
+def _worse(worst: Deviation, value: float, where: str) -> Deviation:
+    if value <= worst:
+        return worst
+    out = Deviation(value)
+    out.where = where
+    return out
+
+
+async def max_deviation(llm: Any, text: bytes, cuts: int = 6, **kwargs: Any) -> Deviation:
     """Worst |difference| of next-byte log-probs after prefilling prefixes of ``text``.
 
     Also checks that both beams keep the same number of candidates and rule out the
-    same bytes (``-inf`` in the same places), and that their weights agree.
+    same bytes (``-inf`` in the same places), and that their weights agree. The
+    result says at which prefix and byte (or weight) the worst difference was.
     """
     their_params, our_params = params_pair(**kwargs)
     t = await their_beam(llm, their_params)
     o = await ours.ByteBeamState.initial(llm, our_params)
-    worst, done = 0.0, 0
+    worst, done = Deviation(0.0), 0
     for i in sorted({len(text) * c // cuts for c in range(cuts + 1)}):
         # prefill(a) then prefill(b) is prefill(a + b) in both libraries
         t = await t.prefill(text[done:i])
@@ -100,8 +118,22 @@ async def max_deviation(llm: Any, text: bytes, cuts: int = 6, **kwargs: Any) -> 
         tl, ol = (await t.logp_next()).ps, (await o.logp_next()).ps
         finite = np.isfinite(tl)
         assert np.array_equal(finite, np.isfinite(ol)), text[:i]
-        worst = max(worst, float(np.abs(tl[finite] - ol[finite]).max()))
+        gap = np.zeros(len(tl))
+        gap[finite] = np.abs(tl[finite] - ol[finite])  # both -inf elsewhere
+        j = int(np.argmax(gap))
+        worst = _worse(
+            worst,
+            float(gap[j]),
+            f"after {text[:i]!r}, next byte {j}: theirs {tl[j]!r}, ours {ol[j]!r}; "
+            f"{len(o)} candidates",
+        )
         tw = np.array([s.weight for s in t], dtype=np.float64)
         ow = np.array([s.weight for s in o])
-        worst = max(worst, float(np.abs((tw - t.logZ) - (ow - o.logZ)).max()))
+        weights_gap = np.abs((tw - t.logZ) - (ow - o.logZ))
+        worst = _worse(
+            worst,
+            float(weights_gap.max()),
+            f"after {text[:i]!r}, candidate weights: theirs {(tw - t.logZ).tolist()}, "
+            f"ours {(ow - o.logZ).tolist()}",
+        )
     return worst
