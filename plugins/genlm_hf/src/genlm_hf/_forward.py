@@ -30,7 +30,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import inspect
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -106,27 +106,30 @@ class Row:
         return len(self.token_ids) - self.past_len
 
 
+def _forward_parameters(model: Any) -> Collection[str]:
+    """The parameter names of the model class's ``forward``.
+
+    The class's method is read, so a ``forward`` wrapped on the instance (by a
+    profiler, a benchmark's clock, a test) does not hide what the model accepts.
+    """
+    try:
+        return inspect.signature(type(model).forward).parameters.keys()
+    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+        return ()
+
+
 def accepts_logits_to_keep(model: Any) -> bool:
     """Whether ``model.forward`` takes ``logits_to_keep`` (all transformers>=4.50 LMs do)."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
-        return False
-    return "logits_to_keep" in params
+    return "logits_to_keep" in _forward_parameters(model)
 
 
 def cache_argument(model: Any) -> str:
     """The keyword ``model.forward`` takes its K/V cache by.
 
     transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns, and
-    goes in 5.40); earlier releases know only ``past_key_values``. The class's method is
-    read, so a ``forward`` wrapped on the instance (by a profiler, a test) still counts.
+    goes in 5.40); earlier releases know only ``past_key_values``.
     """
-    try:
-        params = inspect.signature(type(model).forward).parameters
-    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
+    return "cache" if "cache" in _forward_parameters(model) else "past_key_values"
 
 
 @torch.no_grad()

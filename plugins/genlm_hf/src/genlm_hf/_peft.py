@@ -21,7 +21,7 @@ _WRAPPER_PREFIX = "base_model.model."
 
 
 def attach(model: Any, path: str, name: str) -> None:
-    """Inject the adapter saved at ``path`` into ``model`` as ``name``, frozen for inference.
+    """Inject the adapter saved at ``path`` into ``model`` as ``name``, for inference.
 
     Raises:
         ValueError: The adapter's weights do not fit ``model`` (its keys name modules the
@@ -45,15 +45,13 @@ def attach(model: Any, path: str, name: str) -> None:
             warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute")
             inject_adapter_in_model(config, model, adapter_name=name)
         result = set_peft_model_state_dict(model, weights, adapter_name=name)
-        unexpected = list(getattr(result, "unexpected_keys", ()) or ())
-        missing = [k for k in getattr(result, "missing_keys", ()) or () if f".{name}." in k]
+        unexpected = list(result.unexpected_keys)
+        missing = [k for k in result.missing_keys if f".{name}." in k]
         if unexpected or missing:
             raise ValueError(
                 f"the adapter's weights do not fit this model: {len(unexpected)} unexpected "
                 f"keys (first: {unexpected[:2]}), {len(missing)} missing (first: {missing[:2]})"
             )
-        for module in _tuner_layers(model):
-            module.requires_grad_(False)
     except BaseException:
         detach(model, name)
         raise
@@ -74,25 +72,17 @@ def detach(model: Any, name: str) -> None:
 
 
 def activate(model: Any, name: str | None) -> None:
-    """Make ``name`` the one adapter in the forward (None: the base model alone)."""
+    """Make ``name`` the one adapter in the forward (None: the base model alone).
+
+    Adapters are frozen: peft's ``set_adapter`` with ``inference_mode`` (forwards run
+    under ``no_grad`` anyway).
+    """
     from peft.functional import set_adapter
+    from peft.tuners.tuners_utils import BaseTunerLayer
     from peft.utils import ModulesToSaveWrapper
 
-    if name is None:
-        for module in model.modules():
-            if isinstance(module, ModulesToSaveWrapper) or _is_tuner_layer(module):
-                module.enable_adapters(False)
-        return
-    set_adapter(model, name, inference_mode=True)
-    for module in _tuner_layers(model):
-        module.enable_adapters(True)
-
-
-def _tuner_layers(model: Any) -> list[Any]:
-    return [m for m in model.modules() if _is_tuner_layer(m)]
-
-
-def _is_tuner_layer(module: Any) -> bool:
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    return isinstance(module, BaseTunerLayer)
+    if name is not None:
+        set_adapter(model, name, inference_mode=True)
+    for module in model.modules():
+        if isinstance(module, (BaseTunerLayer, ModulesToSaveWrapper)):
+            module.enable_adapters(name is not None)
