@@ -48,10 +48,14 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
         thread_safe: Class attribute. False (the default): the core never runs two of
             this backend's computations at once, whichever threads call. A backend
             whose computation is safe to run concurrently sets it True.
+        row_device: Where the log-prob rows it returns live: the CPU (the default),
+            or the model's GPU for a backend that offers rows on the device
+            (genlm-hf's ``row_device="model"``).
     """
 
     max_positions: int | None = None
     thread_safe: bool = False
+    row_device: torch.device = torch.device("cpu")
 
     def __init__(
         self,
@@ -86,7 +90,8 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
             lora_name: A LoRA adapter added with :meth:`add_new_lora`; None is the base model.
 
         Returns:
-            A float32 CPU tensor of shape ``(len(byte_vocab),)`` with ``logsumexp == 0``.
+            A float32 tensor of shape ``(len(byte_vocab),)`` with ``logsumexp == 0``, on
+            :attr:`row_device` (the CPU unless the backend was asked otherwise).
         """
 
     @abstractmethod
@@ -103,7 +108,7 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
         outs = await asyncio.gather(
             *(self.next_token_logprobs(r.token_ids, lora_name=lora_name) for r in reqs)
         )
-        return _stack(outs, len(self.byte_vocab))
+        return _stack(outs, len(self.byte_vocab), self.row_device)
 
     def batch_next_token_logprobs_sync(
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
@@ -111,7 +116,7 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
         """Synchronous :meth:`batch_next_token_logprobs`."""
         reqs = self.make_requests(token_ids_list, lora_name)
         outs = [self.next_token_logprobs_sync(r.token_ids, lora_name=lora_name) for r in reqs]
-        return _stack(outs, len(self.byte_vocab))
+        return _stack(outs, len(self.byte_vocab), self.row_device)
 
     async def prefix_next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
@@ -130,7 +135,8 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
                 a context already computed need not be again.
 
         Returns:
-            A float32 CPU tensor of shape ``(len(token_ids) - start, len(byte_vocab))``.
+            A float32 tensor on :attr:`row_device` of shape
+            ``(len(token_ids) - start, len(byte_vocab))``.
 
         Raises:
             InvalidTokenIdsError: Bad ``token_ids`` (see :meth:`validate_token_ids`).
@@ -333,7 +339,7 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
 # -- helpers -------------------------------------------------------------------
 
 
-def _stack(outs: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+def _stack(outs: Sequence[torch.Tensor], width: int, device: torch.device) -> torch.Tensor:
     if not outs:
-        return torch.empty((0, width), dtype=torch.float32)
+        return torch.empty((0, width), dtype=torch.float32, device=device)
     return torch.stack(list(outs))

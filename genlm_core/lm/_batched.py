@@ -59,6 +59,9 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         trim_heap: Return freed heap memory to the OS after batches (see
             :class:`~genlm_core.runtime.HeapTrimmer`). None: ``GENLM_TRIM_HEAP``, else the class's
             :attr:`trims_heap_by_default`.
+        row_device: Where the rows :meth:`compute_batch` returns live, and so every
+            row callers get (:attr:`row_device`): the CPU (default), or a GPU for a
+            backend that keeps its log-probs on its model's device.
         **kwargs: Passed to :class:`AsyncLMBase` (``vocab_size``, ``byte_vocab``).
 
     Raises:
@@ -84,6 +87,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         timeout: float | None = None,
         trim_heap: bool | None = None,
+        row_device: str | torch.device = "cpu",
         **kwargs: Any,
     ) -> None:
         for option in kwargs:
@@ -104,6 +108,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             OutputCache(max_entries=cache_size, max_bytes=cache_bytes) if cache_size else None
         )
         super().__init__(tokenizer, **kwargs)
+        self.row_device = torch.device(row_device)
         self.batch_size = batch_size
         # A batcher per event loop (one per asyncio.run) over one worker thread: what
         # init_worker_thread and the libraries set up in it is kept between runs.
@@ -133,7 +138,8 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             requests: Distinct ``Request(token_ids, lora_name)`` tuples.
 
         Returns:
-            One float32 tensor of shape ``(len(byte_vocab),)`` per request, in order.
+            One float32 tensor of shape ``(len(byte_vocab),)`` on :attr:`row_device`
+            per request, in order.
         """
 
     def init_worker_thread(self) -> None:
@@ -199,7 +205,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         """Log-probabilities for several prompts, submitted to the batcher together."""
         reqs = self.make_requests(token_ids_list, lora_name)
         if not reqs:
-            return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32)
+            return self._no_rows()
         outs: list[torch.Tensor | None] = [
             self.cache.get(r) if self.cache is not None else None for r in reqs
         ]
@@ -216,7 +222,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         """Synchronous batch, deduplicated and cached like the async path."""
         reqs = self.make_requests(token_ids_list, lora_name)
         if not reqs:
-            return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32)
+            return self._no_rows()
         results: dict[Request, torch.Tensor] = {}
         missing: list[Request] = []
         for req in reqs:
@@ -245,7 +251,8 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         :meth:`compute_batch`, in as few batches as fit.
 
         Returns:
-            A float32 CPU tensor of shape ``(len(token_ids) - start, len(byte_vocab))``.
+            A float32 tensor on :attr:`row_device` of shape
+            ``(len(token_ids) - start, len(byte_vocab))``.
         """
         req, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
@@ -274,6 +281,10 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         return self.batch_next_token_logprobs_sync(
             [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
         )
+
+    def _no_rows(self) -> torch.Tensor:
+        """The answer to an empty batch: ``(0, vocab)`` float32 on :attr:`row_device`."""
+        return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32, device=self.row_device)
 
     def _prefix_lookup(
         self, token_ids: Sequence[int], lora_name: str | None, start: int

@@ -134,4 +134,6 @@ def sampling_args(
 def _draw(logprobs: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
     logits = logprobs.float() if temperature == 1.0 else logprobs.float() / temperature
     probs = torch.softmax(logits, dim=-1)
+    if generator is not None and probs.device != generator.device:
+        probs = probs.to(generator.device)  # a seeded draw uses the CPU generator's stream
     return int(torch.multinomial(probs, num_samples=1, generator=generator).item())

@@ -47,7 +47,7 @@ class ContractCases:
         assert isinstance(out, torch.Tensor)
         assert out.shape == (len(lm.byte_vocab),)
         assert out.dtype == torch.float32
-        assert out.device.type == "cpu"
+        assert out.device == row_device(lm)
         assert len(lm.str_vocab) == len(lm.byte_vocab)
 
     async def test_logprobs_normalised(self, lm: Any, prompts: list[list[int]]) -> None:
@@ -117,7 +117,7 @@ class ContractCases:
         ids = prompts[2] + prompts[1]  # a longer sequence
         rows = await lm.prefix_next_token_logprobs(ids)
         assert isinstance(rows, torch.Tensor) and rows.dtype == torch.float32
-        assert rows.shape == (len(ids), len(lm.byte_vocab)) and rows.device.type == "cpu"
+        assert rows.shape == (len(ids), len(lm.byte_vocab)) and rows.device == row_device(lm)
         lm.clear_cache()
         for i in range(len(ids)):
             torch.testing.assert_close(
@@ -255,3 +255,8 @@ class ContractCases:
             same.next_token_logprobs_sync(prompts[0])
         with pytest.raises(ModelClosedError):
             lm.next_token_logprobs_sync(prompts[0])
+
+
+def row_device(lm: Any) -> torch.device:
+    """Where ``lm``'s rows must live: its ``row_device`` (the CPU for backends without one)."""
+    return torch.device(getattr(lm, "row_device", "cpu"))
