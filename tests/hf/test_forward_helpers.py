@@ -175,13 +175,11 @@ def test_small_cpu_models_get_a_helper_thread(hf_models):
 
 
 @pytest.mark.parametrize("batched", [True, False])
-def test_gathered_pasts_are_left_padded_with_zeros(batched, monkeypatch):
+def test_gathered_pasts_are_left_padded_with_zeros(batched):
     """Padding reads a slot holding nan; the buffer's padding must still be 0."""
-    import genlm_hf._forward as fwd
     from genlm_hf._forward import Row, _gather_pasts
 
-    if not batched:  # the row-by-row path for big batches
-        monkeypatch.setattr(fwd, "BATCHED_COPY_BYTES", 0)
+    copy_bytes = 8 << 20 if batched else 0  # 0: the row-by-row path for big batches
     layers2, heads, dim = 4, 2, 3
     pool = torch.randn(layers2, heads, 20, dim)
     pool[:, :, 0] = float("nan")
@@ -189,12 +187,15 @@ def test_gathered_pasts_are_left_padded_with_zeros(batched, monkeypatch):
         Row((1,) * 6, [(5, 3), (10, 2)], 5),  # two runs
         Row((2,) * 3, [(15, 2)], 2),  # one run
         Row((3,), [], 0),  # no past
+        Row((4,) * 5, [(2, 2), (17, 2)], 4),  # two runs again: its slots follow the first's
     ]
     width_past = 5
-    buffer = torch.full((layers2, 3, heads, width_past + 1, dim), 7.0)
-    _gather_pasts(buffer, rows, width_past, pool)
+    buffer = torch.full((layers2, 4, heads, width_past + 1, dim), 7.0)
+    _gather_pasts(buffer, rows, width_past, pool, copy_bytes)
     assert torch.equal(buffer[:, 0, :, :5], torch.cat([pool[:, :, 5:8], pool[:, :, 10:12]], 2))
     assert torch.equal(buffer[:, 1, :, 3:5], pool[:, :, 15:17])
     assert torch.equal(buffer[:, 1, :, :3], torch.zeros(layers2, heads, 3, dim))
     assert torch.equal(buffer[:, 2, :, :5], torch.zeros(layers2, heads, 5, dim))
-    assert torch.equal(buffer[:, :, :, 5], torch.full((layers2, 3, heads, dim), 7.0))  # new slots
+    assert torch.equal(buffer[:, 3, :, 1:5], torch.cat([pool[:, :, 2:4], pool[:, :, 17:19]], 2))
+    assert torch.equal(buffer[:, 3, :, :1], torch.zeros(layers2, heads, 1, dim))
+    assert torch.equal(buffer[:, :, :, 5], torch.full((layers2, 4, heads, dim), 7.0))  # new slots

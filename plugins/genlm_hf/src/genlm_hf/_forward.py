@@ -37,9 +37,10 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
+from genlm_hf._device import CPU_COPY_BYTES, index_on, to_device
 from genlm_hf._logits import linears, log_softmax_rows, logits_into
 from genlm_hf._workspace import Workspace
-from genlm_hf.kvcache import BATCHED_COPY_BYTES, Run
+from genlm_hf.kvcache import Run
 
 __all__ = [
     "KVLayout",
@@ -181,21 +182,26 @@ def _input_device(model: Any) -> torch.device:
 
 
 def _gather_pasts(
-    buffer: torch.Tensor, rows: Sequence[Row], width_past: int, pool: torch.Tensor | None
+    buffer: torch.Tensor,
+    rows: Sequence[Row],
+    width_past: int,
+    pool: torch.Tensor | None,
+    max_copy_bytes: int = CPU_COPY_BYTES,
 ) -> None:
     """Fill the past slots of ``buffer`` from the pool, left-padded with zeros.
 
     Small batches (a sampler's steps on a small model): one ``index_select`` over
     every row's slots and one strided copy, however many rows and segments. Larger
     ones: per row, one copy for a single run or one ``index_select`` into a reused
-    scratch row, so the temporary stays one row's past (at most
-    :data:`~genlm_hf.kvcache.BATCHED_COPY_BYTES` in the batched path).
+    scratch row, so the temporary stays one row's past (at most ``max_copy_bytes``
+    in the batched path). Index tensors reach the device without a host
+    synchronisation (:func:`~genlm_hf._device.index_on`), all rows' at once.
     """
     if width_past == 0:
         return
     assert pool is not None  # a cached past lives in the pool
     layers2, batch, heads, _, dim = buffer.shape
-    if batch * width_past * layers2 * heads * dim * buffer.element_size() <= BATCHED_COPY_BYTES:
+    if batch * width_past * layers2 * heads * dim * buffer.element_size() <= max_copy_bytes:
         slots: list[int] = []
         padding: list[int] = []
         for row in rows:
@@ -205,15 +211,20 @@ def _gather_pasts(
                 slots.extend([0] * pad)  # any slot: zeroed in the gathered copy
             for start, n in row.segments:
                 slots.extend(range(start, start + n))
-        index = torch.tensor(slots, dtype=torch.long, device=pool.device)
+        index = index_on(slots, pool.device)
         gathered = torch.index_select(pool, 2, index)  # (layers2, heads, B * P, dim)
         if padding:  # one fill, not one per row
-            gathered.index_fill_(2, torch.tensor(padding, device=pool.device), 0)
+            gathered.index_fill_(2, index_on(padding, pool.device), 0)
         buffer[:, :, :, :width_past].copy_(
             gathered.view(layers2, heads, batch, width_past, dim).transpose(1, 2)
         )
         return
     scratch: torch.Tensor | None = None
+    # The slots of every row with several segments, sent to the device in one copy.
+    multi = [row for row in rows if len(row.segments) > 1]
+    flat_slots = [s for row in multi for start, n in row.segments for s in range(start, start + n)]
+    all_index = index_on(flat_slots, pool.device) if multi else None
+    at = 0
     for i, row in enumerate(rows):
         if not row.segments:
             continue
@@ -229,11 +240,9 @@ def _gather_pasts(
         out = scratch[: layers2 * heads * row.past_len * dim].view(
             layers2, heads, row.past_len, dim
         )
-        index = torch.tensor(
-            [s for start, n in row.segments for s in range(start, start + n)],
-            device=pool.device,
-        )
-        torch.index_select(pool, 2, index, out=out)
+        assert all_index is not None
+        torch.index_select(pool, 2, all_index[at : at + row.past_len], out=out)
+        at += row.past_len
         dest.copy_(out)
     for i, row in enumerate(rows):
         offset = width_past - row.past_len
@@ -296,6 +305,7 @@ def run_group(
     helper: concurrent.futures.Executor | None = None,
     onednn: bool = False,
     all_positions: bool = False,
+    max_copy_bytes: int = CPU_COPY_BYTES,
 ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
     """Run one forward for ``rows``.
 
@@ -314,6 +324,8 @@ def run_group(
             :mod:`genlm_hf._linear`).
         all_positions: Return the logits of every new position, ``(B, N, vocab)``
             (row ``i``'s are ``logits[i, :n_i]``), not only each row's last.
+        max_copy_bytes: Largest temporary of the batched past gather (see
+            :func:`~genlm_hf._device.default_budgets`).
 
     Returns:
         ``(logits, buffer, P)``: last-position logits of shape ``(B, vocab)`` (or all
@@ -348,7 +360,7 @@ def run_group(
         elif width_new == 1 or all(k == width_new for k in n_new):
             kwargs["logits_to_keep"] = 1
         elif _PER_ROW_KEEP:
-            kwargs["logits_to_keep"] = (n - 1).to(device)
+            kwargs["logits_to_keep"] = to_device(n - 1, device)
 
     buffer = None
     if layout is not None:
@@ -357,12 +369,12 @@ def run_group(
             buffer = workspace.get(shape, layout.dtype, device)
         else:
             buffer = torch.empty(shape, dtype=layout.dtype, device=device)
-        _gather_pasts(buffer, rows, width_past, pool)
+        _gather_pasts(buffer, rows, width_past, pool, max_copy_bytes)
         with logits_into(model, logits_workspace, helper, onednn), linears(model, onednn):
             out = model(
-                input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                position_ids=position_ids.to(device),
+                to_device(input_ids, device),
+                attention_mask=to_device(attention_mask, device),
+                position_ids=to_device(position_ids, device),
                 use_cache=True,
                 **{layout.cache_arg: _SlotCache(buffer, width_past)},
                 **kwargs,
@@ -370,9 +382,9 @@ def run_group(
     else:
         with linears(model, onednn):
             out = model(
-                input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                position_ids=position_ids.to(device),
+                to_device(input_ids, device),
+                attention_mask=to_device(attention_mask, device),
+                position_ids=to_device(position_ids, device),
                 use_cache=False,
                 **kwargs,
             )
@@ -382,7 +394,7 @@ def run_group(
     if logits.shape[1] == 1:
         last = logits[:, 0]
     elif logits.shape[1] == width_new:
-        last = logits[torch.arange(b), (n - 1).squeeze(1).to(logits.device)]
+        last = logits[torch.arange(b), to_device(n - 1, logits.device).squeeze(1)]
     else:  # pragma: no cover - a model that ignored logits_to_keep in an unexpected way
         raise RuntimeError(
             f"{type(model).__name__} returned logits of shape {tuple(logits.shape)} for "

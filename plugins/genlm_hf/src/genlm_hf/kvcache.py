@@ -26,15 +26,17 @@ from collections.abc import Hashable, Sequence
 import torch
 
 from genlm_core.backend_kit import PrefixCacheStats, PrefixTree, is_int_at_least
+from genlm_hf._device import CPU_COPY_BYTES, index_on
 
 __all__ = ["BATCHED_COPY_BYTES", "KVCacheStats", "PrefixKVCache", "Run"]
 
 Run = tuple[int, int]
 """Consecutive pool slots: ``(first slot, number of slots)``."""
 
-#: Largest temporary copy the batched gather/store paths may make (bytes); bigger
-#: batches go row by row (or run by run), so a forward's working memory stays small.
-BATCHED_COPY_BYTES = 8 << 20
+#: Largest temporary copy the batched store path makes by default (bytes); bigger
+#: batches go run by run, so a forward's working memory stays small. (On a GPU the
+#: model passes a larger cap: genlm_hf._device.default_budgets.)
+BATCHED_COPY_BYTES = CPU_COPY_BYTES
 
 _MIN_SLOTS = 256  # first pool size (slots), then doubled as needed up to the budget
 
@@ -210,8 +212,8 @@ class PrefixKVCache:
         layers2, rows, heads, _, dim = kv.shape
         flat = kv.transpose(1, 2).reshape(layers2, heads, rows * width, dim)
         device = pool.device
-        dest = torch.tensor(list(source), dtype=torch.long, device=device)
-        src = torch.tensor(list(source.values()), dtype=torch.long, device=device)
+        dest = index_on(list(source), device)
+        src = index_on(list(source.values()), device)
         pool.index_copy_(2, dest, flat.index_select(2, src))
 
     def _place(

@@ -35,7 +35,6 @@ import torch
 
 from genlm_core.backend_kit import (
     DEFAULT_KV_CACHE_BYTES,
-    DEFAULT_MAX_BATCH_KV_BYTES,
     PrefixCachedLM,
     is_int_at_least,
     max_positions_of,
@@ -43,6 +42,7 @@ from genlm_core.backend_kit import (
 from genlm_core.lm import GenlmBackendCompat, LoraAdapter
 from genlm_core.loading import check_dtype, resolve_model_name
 from genlm_hf import _peft
+from genlm_hf._device import default_budgets
 from genlm_hf._forward import (
     KVLayout,
     Row,
@@ -94,13 +94,22 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
             other working memory (each a quarter of the budget, 64 MiB at most; see
             :func:`split_kv_budget`), and the prefix cache's slot pool (the rest).
             0 disables prefix reuse: every request then runs its whole prompt.
+            Default: 1 GiB on a CPU; on a GPU 30% of the memory free when the model
+            is wrapped (see :func:`genlm_hf._device.default_budgets`).
         max_batch_kv_bytes: Cap on one forward's key/value buffer; larger batches are
-            split into several forwards.
+            split into several forwards. Default: 256 MiB on a CPU; on a GPU a
+            quarter of ``kv_cache_bytes``.
         worker_threads: Torch threads of the batcher's worker thread, which runs the
             forwards (no other thread's setting changes). None: 1 for a CPU model of
             fewer than 20M parameters, whose operations are too small to gain from
             threads while a second multi-threaded torch thread slows the caller's own
             torch work (see :mod:`genlm_hf._threads`); torch's setting otherwise.
+        row_device: Where the log-prob rows callers get live. ``"auto"`` (default):
+            on the model's device (a GPU's rows stay there: no transfer to the host,
+            measured faster on an H100, see ``docs/gpu.md``); ``"cpu"``: always moved
+            to the CPU (genlm-backend 0.3.1's ``AsyncTransformer`` does this);
+            ``"model"``: on the device of the model's output layer. The resolved
+            device is :attr:`row_device`.
         linear_kernel: How the cached forwards compute float32 linear layers on a CPU.
             ``"auto"`` (default): through oneDNN when this torch has it, about twice
             as fast as torch's BLAS on the AMD CPU measured (see
@@ -123,9 +132,10 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
         batch_size: int | None = None,
         max_wait: float | None = None,
         *,
-        kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
-        max_batch_kv_bytes: int = DEFAULT_MAX_BATCH_KV_BYTES,
+        kv_cache_bytes: int | None = None,
+        max_batch_kv_bytes: int | None = None,
         worker_threads: int | None = None,
+        row_device: str = "auto",
         linear_kernel: str = "auto",
         **kwargs: Any,
     ) -> None:
@@ -136,6 +146,9 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
             )
         device = torch.device(getattr(hf_model, "device", "cpu"))
         dtype = getattr(hf_model, "dtype", torch.float32)  # transformers: its weights' dtype
+        kv_cache_bytes, max_batch_kv_bytes, self._copy_bytes = default_budgets(
+            device, kv_cache_bytes, max_batch_kv_bytes
+        )
         self.linear_kernel = resolve_linear_kernel(linear_kernel, device, dtype)
         hf_model.eval()
         width = _logits_width(hf_model)
@@ -147,6 +160,7 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
             batch_size=batch_size,
             max_wait=max_wait,
             vocab_size=width,
+            row_device=resolve_row_device(row_device, hf_model),
             **kwargs,
         )
         self.device = device
@@ -275,14 +289,26 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
             helper=self._helper,
             onednn=self.linear_kernel == "onednn",
             all_positions=all_positions,
+            max_copy_bytes=self._copy_bytes,
         )
 
     def _forward_rows(self, adapter: str | None, group: list[Row]) -> list[torch.Tensor]:
         """One forward over ``group`` (the base class's hook): log-probs, K/V stored."""
         logits, buffer, width_past = self._forward(group)
-        rows = log_softmax_rows(logits, self._logprobs_workspace, self._helper, self.row_pool)
+        rows = self._log_softmax(logits)
         self._store_kv(adapter, group, buffer, width_past)
         return rows
+
+    def _log_softmax(self, logits: torch.Tensor) -> list[torch.Tensor]:
+        """One float32 log-prob row per row of ``logits``, on :attr:`row_device`.
+
+        Rows kept on the model's device are views of one batched result: the core
+        copies them into rows of their own with one multi-tensor copy.
+        """
+        if self.row_device.type != "cpu":
+            lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+            return list(lp.to(self.row_device).unbind(0))
+        return log_softmax_rows(logits, self._logprobs_workspace, self._helper, self.row_pool)
 
     def _store_kv(
         self, adapter: str | None, group: list[Row], buffer: Any, width_past: int
@@ -293,13 +319,14 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
                 adapter,
                 [(row.token_ids, row.past_len) for row in group],
                 buffer[:, :, :, width_past:],
+                max_copy_bytes=self._copy_bytes,
             )
 
     def _plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
         """One forward over the whole prompt, no cache (the base class's uncached path)."""
         ids = torch.tensor([token_ids], device=self.model.get_input_embeddings().weight.device)
         logits = self.model(ids, use_cache=False).logits[0, -1]
-        return torch.log_softmax(logits, dim=-1, dtype=torch.float32).cpu()
+        return torch.log_softmax(logits, dim=-1, dtype=torch.float32).to(self.row_device)
 
     def cache_kv(self, prompt_tokens: Sequence[int], lora_name: str | None = None) -> None:
         """Compute and cache a prompt's keys and values (and next-token log-probs) now."""
@@ -374,6 +401,30 @@ def _load(what: str, model_id: str, loader: Any, **opts: Any) -> Any:
             f"files, or a hub id already in the Hugging Face cache (downloads need network "
             f"access and HF_HUB_OFFLINE unset)"
         ) from exc
+
+
+ROW_DEVICES = ("auto", "cpu", "model")
+
+
+def resolve_row_device(row_device: Any, model: Any) -> torch.device:
+    """The device of the rows callers get, for ``row_device`` (see :class:`AsyncTransformer`).
+
+    Raises:
+        ValueError: ``row_device`` is not one of :data:`ROW_DEVICES`.
+    """
+    if row_device not in ROW_DEVICES:
+        raise ValueError(
+            f"row_device must be one of {', '.join(map(repr, ROW_DEVICES))}, got {row_device!r}: "
+            f"'model' keeps rows on the model's device (a GPU), 'cpu' moves them to the host"
+        )
+    if row_device == "cpu":
+        return torch.device("cpu")
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    device = weight.device if weight is not None else torch.device(getattr(model, "device", "cpu"))
+    if device.type == "meta":  # offloaded by accelerate: logits reach the execution device
+        device = torch.device(getattr(model, "device", "cpu"))
+    return device
 
 
 def _logits_width(model: Any) -> int:

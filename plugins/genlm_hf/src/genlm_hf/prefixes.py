@@ -20,7 +20,7 @@ import torch
 
 from genlm_core.backend_kit import plan_groups
 from genlm_core.lm import PrefixRequest, Request
-from genlm_hf._forward import Row, log_softmax_rows
+from genlm_hf._forward import Row
 
 __all__ = ["PREFIX_LOGITS_BYTES", "PrefixForwards"]
 
@@ -36,6 +36,7 @@ class PrefixForwards:
     byte_vocab: list[Any]
     row_pool: Any
     max_batch_kv_bytes: int
+    _log_softmax: Any
 
     def compute_prefix_batch(self, requests: list[PrefixRequest]) -> list[list[torch.Tensor]]:
         """Log-probs after every prefix of each sequence: one forward over its new tokens.
@@ -98,11 +99,6 @@ class PrefixForwards:
     def _forward_all_positions(self, adapter: str | None, group: list[Row]) -> list[list[Any]]:
         """One forward over ``group`` keeping every new position; K/V stored. Rows per row."""
         logits, buffer, width_past = self._forward(group, all_positions=True)
-        outs = [
-            log_softmax_rows(
-                logits[i, : row.n_new], self._logprobs_workspace, self._helper, self.row_pool
-            )
-            for i, row in enumerate(group)
-        ]
+        outs = [self._log_softmax(logits[i, : row.n_new]) for i, row in enumerate(group)]
         self._store_kv(adapter, group, buffer, width_past)
         return outs

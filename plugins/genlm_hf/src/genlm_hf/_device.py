@@ -1,0 +1,66 @@
+"""What changes when the model is on a GPU: host-to-device copies and memory budgets.
+
+* **Copies without a host synchronisation.** A batch's token ids, masks and gather
+  indices are built on the host. A plain ``tensor.to("cuda")`` from pageable memory
+  waits for the GPU to finish the work queued before it (``torch.cuda.set_sync_debug_mode``
+  reports it); copied from page-locked memory with ``non_blocking=True`` it is only
+  queued. torch's caching host allocator keeps the page-locked block until the copy
+  has run, so the source may be dropped at once.
+* **Budgets in proportion to the device.** The CPU defaults (1 GiB of keys and values,
+  256 MiB per forward, 8 MiB temporaries) would make a GPU evict what a sampler needs
+  and split its batches: an 8B Llama's 256 particles x 50 tokens are 1.7 GB of keys and
+  values. On CUDA the defaults are fractions of the memory free when the model is
+  wrapped (see :func:`default_budgets`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from genlm_core.backend_kit import DEFAULT_KV_CACHE_BYTES, DEFAULT_MAX_BATCH_KV_BYTES
+
+__all__ = ["CPU_COPY_BYTES", "default_budgets", "index_on", "to_device"]
+
+#: Largest temporary copy the batched gather/store paths may make on a CPU (bytes);
+#: bigger batches go row by row (or run by run), so a forward's working memory stays small.
+CPU_COPY_BYTES = 8 << 20
+#: Share of the GPU memory free at construction given to the prefix K/V cache by default.
+GPU_KV_SHARE = 0.3
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` (on the host) on ``device``, queued without a host synchronisation on CUDA."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def index_on(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    """A long tensor of ``values`` on ``device`` (see :func:`to_device`)."""
+    return to_device(torch.tensor(values, dtype=torch.long), device)
+
+
+def default_budgets(
+    device: torch.device, kv_cache_bytes: int | None, max_batch_kv_bytes: int | None
+) -> tuple[int, int, int]:
+    """``(kv_cache_bytes, max_batch_kv_bytes, copy_bytes)`` for a model on ``device``.
+
+    Given values are kept. On a CPU the defaults are genlm-core's constants and
+    temporaries stay under :data:`CPU_COPY_BYTES`. On CUDA: :data:`GPU_KV_SHARE` of the
+    free memory for the K/V cache (at least the CPU default), a quarter of that per
+    forward, and temporaries as large as one forward's K/V buffer (device memory is
+    not the host heap this cap protects).
+    """
+    kv, batch = kv_cache_bytes, max_batch_kv_bytes
+    if device.type != "cuda":
+        kv = DEFAULT_KV_CACHE_BYTES if kv is None else kv
+        batch = DEFAULT_MAX_BATCH_KV_BYTES if batch is None else batch
+        return kv, batch, CPU_COPY_BYTES
+    if kv is None:
+        free, _ = torch.cuda.mem_get_info(device)
+        kv = max(DEFAULT_KV_CACHE_BYTES, int(GPU_KV_SHARE * free))
+    if batch is None:
+        batch = max(DEFAULT_MAX_BATCH_KV_BYTES, kv // 4)
+    return kv, batch, max(CPU_COPY_BYTES, batch)
