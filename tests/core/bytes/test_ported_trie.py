@@ -263,10 +263,7 @@ async def test_async_error_handling(decode):
         pytest.param("cpu"),
         pytest.param(
             "cuda",
-            marks=pytest.mark.skipif(
-                not torch.cuda.is_available(),
-                reason="requires an NVIDIA GPU (torch.cuda.is_available() is False)",
-            ),
+            marks=pytest.mark.cuda,
         ),
     ],
 )

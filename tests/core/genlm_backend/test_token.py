@@ -130,10 +130,7 @@ def test_trie_weight_sum_with_duplicates():
         pytest.param("cpu"),
         pytest.param(
             "cuda",
-            marks=pytest.mark.skipif(
-                not torch.cuda.is_available(),
-                reason="requires CUDA (torch.cuda.is_available() is False)",
-            ),
+            marks=pytest.mark.cuda,
         ),
     ],
 )

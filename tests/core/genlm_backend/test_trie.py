@@ -19,9 +19,7 @@ from genlm_core.trie import (
     TokenCharacterTrie,
 )
 
-CUDA = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="requires CUDA (torch.cuda.is_available() is False)"
-)
+CUDA = pytest.mark.cuda  # skipped, with the reason, without an NVIDIA GPU
 
 
 @pytest.fixture()
