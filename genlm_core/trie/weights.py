@@ -4,7 +4,9 @@ Accepted: NumPy arrays, torch tensors (any device; moved to the CPU), and
 sequences of either (a batch). Real dtypes only: float32 and float64 are used as
 they are, other floats and integers are converted. Bad input raises
 :class:`~genlm_core.trie.errors.InvalidWeightsError` naming the value and the
-expected shape.
+expected shape. A trie that computes on a device validates tensors where they are
+with :func:`real_tensor`, :func:`check_vector` and :func:`check_batch` (same rules,
+same messages).
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ import numpy as np
 
 from genlm_core.trie.errors import InvalidWeightsError
 
-__all__ = ["as_batch", "as_vector", "nan_error"]
+__all__ = ["as_batch", "as_vector", "check_batch", "check_vector", "nan_error", "real_tensor"]
 
 
-def _torch_to_numpy(ws: Any) -> np.ndarray | None:
-    torch = sys.modules.get("torch")  # a tensor can only exist if torch is imported
-    if torch is None or not isinstance(ws, torch.Tensor):
-        return None
+def real_tensor(ws: Any) -> Any:
+    """A torch tensor's weights, detached, on its own device: float16/bfloat16 as float32.
+
+    Raises:
+        InvalidWeightsError: A complex or bool tensor.
+    """
+    import torch
+
     ws = ws.detach()
-    if ws.device.type != "cpu":
-        ws = ws.cpu()
     if ws.dtype in (torch.float16, torch.bfloat16):
         ws = ws.float()
     if ws.dtype.is_complex or ws.dtype == torch.bool:
@@ -34,6 +38,16 @@ def _torch_to_numpy(ws: Any) -> np.ndarray | None:
             f"token weights must be real numbers, got a torch tensor of dtype {ws.dtype}; "
             f"pass float32 or float64 probabilities or log-probabilities"
         )
+    return ws
+
+
+def _torch_to_numpy(ws: Any) -> np.ndarray | None:
+    torch = sys.modules.get("torch")  # a tensor can only exist if torch is imported
+    if torch is None or not isinstance(ws, torch.Tensor):
+        return None
+    ws = real_tensor(ws)
+    if ws.device.type != "cpu":
+        ws = ws.cpu()
     return ws.numpy()
 
 
@@ -75,18 +89,24 @@ def as_vector(ws: Any, vocab_size: int, what: str) -> np.ndarray:
         InvalidWeightsError: Wrong dtype, dimension or length.
     """
     arr = _to_array(ws, what)
-    if arr.ndim != 1:
-        hint = f"; use batch_{what} for a batch" if arr.ndim == 2 else ""
+    check_vector(arr, vocab_size, what)
+    return np.ascontiguousarray(arr)
+
+
+def check_vector(arr: Any, vocab_size: int, what: str) -> None:
+    """Raise unless ``arr`` (an array or tensor) has shape ``(vocab_size,)``."""
+    shape = tuple(arr.shape)
+    if len(shape) != 1:
+        hint = f"; use batch_{what} for a batch" if len(shape) == 2 else ""
         raise InvalidWeightsError(
             f"{what} expects one weight vector of shape ({vocab_size},), "
-            f"got an array of shape {arr.shape}{hint}"
+            f"got an array of shape {shape}{hint}"
         )
-    if arr.shape[0] != vocab_size:
+    if shape[0] != vocab_size:
         raise InvalidWeightsError(
             f"{what} expects one weight per vocabulary entry, shape ({vocab_size},); "
-            f"got shape {arr.shape}. Are the weights from a model with a different vocabulary?"
+            f"got shape {shape}. Are the weights from a model with a different vocabulary?"
         )
-    return np.ascontiguousarray(arr)
 
 
 def as_batch(ws: Any, vocab_size: int, what: str) -> np.ndarray:
@@ -109,19 +129,25 @@ def as_batch(ws: Any, vocab_size: int, what: str) -> np.ndarray:
         dtype = np.result_type(*{r.dtype for r in rows})
         return np.stack(rows).astype(dtype, copy=False)
     arr = _to_array(ws, f"batch_{what}")
-    if arr.ndim != 2:
+    check_batch(arr, vocab_size, what)
+    return np.ascontiguousarray(arr)
+
+
+def check_batch(arr: Any, vocab_size: int, what: str) -> None:
+    """Raise unless ``arr`` (an array or tensor) has shape ``(batch, vocab_size)``."""
+    shape = tuple(arr.shape)
+    if len(shape) != 2:
         raise InvalidWeightsError(
             f"batch_{what} expects a batch of shape (batch, {vocab_size}) or a list of "
-            f"weight vectors, got an array of shape {arr.shape}"
-            + (f"; wrap one distribution as [ws] or call {what}" if arr.ndim == 1 else "")
+            f"weight vectors, got an array of shape {shape}"
+            + (f"; wrap one distribution as [ws] or call {what}" if len(shape) == 1 else "")
         )
-    if arr.shape[1] != vocab_size:
+    if shape[1] != vocab_size:
         raise InvalidWeightsError(
             f"batch_{what} expects one weight per vocabulary entry, shape "
-            f"(batch, {vocab_size}); got shape {arr.shape}. Are the weights from a model "
+            f"(batch, {vocab_size}); got shape {shape}. Are the weights from a model "
             f"with a different vocabulary?"
         )
-    return np.ascontiguousarray(arr)
 
 
 def nan_error(what: str, position: int, word: Any, row: int | None = None) -> InvalidWeightsError:
