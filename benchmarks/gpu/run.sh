@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Everything issue 28 checks on an NVIDIA GPU, in one call: the cuda-marked tests and
+# genlm-hf's conformance suite on the GPU, then the SIS and trie benchmarks against
+# genlm-backend 0.3.1. Needs .gpu/ from benchmarks/gpu/prepare.sh (for a machine
+# without network) or the packages installed. Logs and JSON go to $OUT (default
+# /tmp/genlm-gpu). Each part has its own time limit and a failure in one does not
+# stop the others. docs/gpu.md has the figures of the last run.
+#   benchmarks/gpu/run.sh [tests|sis|trie ...]   # default: all three
+# SIS_ARGS / TRIE_ARGS add arguments to the benchmarks (a CPU dry run: "--device cpu ...").
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/genlm-gpu}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+PY=${PYTHON:-python3}
+if [ -d .gpu/whl ]; then
+    SITE=/tmp/genlm-site
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" .gpu/whl/*.whl || exit 1
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if [ -f .gpu/assets.tar.xz ]; then
+    export GENLM_ASSETS_DIR=/tmp/genlm-assets
+    mkdir -p "$GENLM_ASSETS_DIR"
+    tar -C "$GENLM_ASSETS_DIR" -xJf .gpu/assets.tar.xz
+    "$PY" benchmarks/gpu/regenerate_tiny.py "$GENLM_ASSETS_DIR" || exit 1
+fi
+{
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+    "$PY" -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
+    uptime
+} 2>&1 | tee "$OUT/env.txt"
+
+section() {  # section NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name (limit ${limit}s)"
+    local t0=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "=== $name: exit $rc after $((SECONDS - t0)) s"
+    tail -n "${TAIL:-25}" "$OUT/$name.log"
+}
+
+CUDA_TESTS=(
+    tests/hf/test_cuda.py
+    tests/hf/test_lm_loading.py
+    tests/core/test_trie_cuda.py
+    tests/core/genlm_backend/test_cache.py
+    tests/core/genlm_backend/test_trie.py
+    tests/core/genlm_backend/test_token.py
+    tests/core/bytes/test_ported_trie.py
+    tests/core/test_trie_errors.py
+)
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(tests sis trie)
+for part in "${parts[@]}"; do
+    case $part in
+    tests)
+        TAIL=12 section tests-cuda "${TESTS_LIMIT:-240}" "$PY" -m pytest -p no:cacheprovider -q -ra \
+            --durations=5 -m cuda "${CUDA_TESTS[@]}"
+        ;;
+    sis)
+        section sis "${SIS_LIMIT:-300}" "$PY" benchmarks/gpu/bench_sis_gpu.py --out "$OUT/sis.json" ${SIS_ARGS:-} ;;
+    trie)
+        section trie "${TRIE_LIMIT:-150}" "$PY" benchmarks/gpu/bench_trie_gpu.py \
+            --vocab-dir .gpu/vocabs --out "$OUT/trie.json" ${TRIE_ARGS:-} ;;
+    *) echo "unknown part $part (tests, sis, trie)"; exit 2 ;;
+    esac
+done
