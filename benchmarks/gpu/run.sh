@@ -28,6 +28,8 @@ fi
 {
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
     "$PY" -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
+    "$PY" -m pip list 2>/dev/null | grep -iE "^(torch|transformers|tokenizers|numba|numpy|pytest|peft|accelerate|bitsandbytes|genlm-[a-z]+) "
+    nproc
     uptime
 } 2>&1 | tee "$OUT/env.txt"
 
@@ -57,8 +59,10 @@ parts=("$@")
 for part in "${parts[@]}"; do
     case $part in
     tests)
+        per_test=()  # a hung test must not take the whole call (pytest-timeout, where installed)
+        "$PY" -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout=60)
         TAIL=12 section tests-cuda "${TESTS_LIMIT:-240}" "$PY" -m pytest -p no:cacheprovider -q -ra \
-            --durations=5 -m cuda "${CUDA_TESTS[@]}"
+            --durations=5 "${per_test[@]}" -m cuda "${CUDA_TESTS[@]}"
         ;;
     sis)
         section sis "${SIS_LIMIT:-300}" "$PY" benchmarks/gpu/bench_sis_gpu.py --out "$OUT/sis.json" ${SIS_ARGS:-} ;;
