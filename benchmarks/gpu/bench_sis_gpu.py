@@ -265,7 +265,7 @@ def breakdown(lm: Any, prompt: list[int], particles: int, device: str) -> dict[s
     from torch.profiler import ProfilerActivity, profile
 
     gen = torch.Generator().manual_seed(1)
-    contexts = [list(prompt) + [5] for _ in range(particles)]
+    contexts = [list(prompt) + [5 + i] for i in range(particles)]  # distinct, as after a step
 
     async def steps() -> None:
         for _ in range(2):

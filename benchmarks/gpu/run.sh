@@ -5,7 +5,7 @@
 # without network) or the packages installed. Logs and JSON go to $OUT (default
 # /tmp/genlm-gpu). Each part has its own time limit and a failure in one does not
 # stop the others. docs/gpu.md has the figures of the last run.
-#   benchmarks/gpu/run.sh [tests|sis|trie ...]   # default: all three
+#   benchmarks/gpu/run.sh [tests|sis|trie|profile ...]   # default: tests sis trie
 # SIS_ARGS / TRIE_ARGS add arguments to the benchmarks (a CPU dry run: "--device cpu ...").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,9 +66,11 @@ for part in "${parts[@]}"; do
         ;;
     sis)
         section sis "${SIS_LIMIT:-300}" "$PY" benchmarks/gpu/bench_sis_gpu.py --out "$OUT/sis.json" ${SIS_ARGS:-} ;;
+    profile)
+        section profile "${PROFILE_LIMIT:-90}" "$PY" benchmarks/gpu/profile_host.py ${PROFILE_ARGS:-} ;;
     trie)
         section trie "${TRIE_LIMIT:-150}" "$PY" benchmarks/gpu/bench_trie_gpu.py \
             --vocab-dir .gpu/vocabs --out "$OUT/trie.json" ${TRIE_ARGS:-} ;;
-    *) echo "unknown part $part (tests, sis, trie)"; exit 2 ;;
+    *) echo "unknown part $part (tests, sis, trie, profile)"; exit 2 ;;
     esac
 done

@@ -341,10 +341,12 @@ def test_cuda_tensors_give_the_host_results(op):
         many, one = getattr(trie, f"batch_weight_{op}"), getattr(trie, f"weight_{op}")
         want = many(ws)  # CPU tensor: through the page-locked staging block
         assert isinstance(want, np.ndarray) and want.dtype == np.float32
-        np.testing.assert_array_equal(many(ws.cuda()), want)
-        np.testing.assert_array_equal(many(ws.numpy()), want)
-        np.testing.assert_array_equal(many(list(ws.cuda())), want)
-        np.testing.assert_array_equal(one(ws[3].cuda()), one(ws[3]))
+        # Sums to rounding: on an H100, cuSPARSE's product gave 1-ulp differences in 88 of
+        # 168k sums between host- and device-weight calls of the same chunking.
+        assert_same(op, many(ws.cuda()), want)
+        assert_same(op, many(ws.numpy()), want)
+        assert_same(op, many(list(ws.cuda())), want)
+        assert_same(op, one(ws[3].cuda()), one(ws[3]))
         assert_same(op, one(ws[3]), want[3])
         cpu = TorchTokenCharacterTrie(vocab, "cpu", max_batch_size=size)
         assert_same(op, getattr(cpu, f"batch_weight_{op}")(ws), want)

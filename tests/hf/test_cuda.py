@@ -245,6 +245,8 @@ def test_device_rows_are_checked_and_copied_with_one_sync_per_batch(hf_models):
     lm = on_cuda(hf_models("tiny-gpt2"), torch.float32)
     from genlm_core.lm import Request
 
+    warm = torch.log_softmax(torch.randn(2, len(lm.byte_vocab), device=GPU), dim=-1)
+    lm._checked_rows([Request((1,), None)] * 2, list(warm), "compute_batch")  # lazy inits
     syncs = {}
     for n in (1, 8, 64):
         batch = torch.log_softmax(torch.randn(n, len(lm.byte_vocab), device=GPU), dim=-1)
@@ -272,7 +274,7 @@ def test_syncs_per_batch_do_not_grow_with_its_rows(hf_models):
 @cuda
 async def test_device_rows_keep_the_output_cache_in_budget(hf_models):
     loaded = hf_models("tiny-gpt2")
-    row_bytes = len(loaded.byte_vocab) * 4
+    row_bytes = len(loaded.byte_vocab[0]) * 4  # byte_vocab: (byte_vocab, str_vocab)
     lm = on_cuda(loaded, torch.float32, cache_bytes=3 * row_bytes)
     await lm.batch_next_token_logprobs([[i + 1] for i in range(10)])
     info = lm.cache_info()["outputs"]

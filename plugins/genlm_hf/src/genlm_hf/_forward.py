@@ -187,6 +187,7 @@ def _gather_pasts(
     width_past: int,
     pool: torch.Tensor | None,
     max_copy_bytes: int = CPU_COPY_BYTES,
+    scratch: Workspace | None = None,
 ) -> None:
     """Fill the past slots of ``buffer`` from the pool, left-padded with zeros.
 
@@ -212,7 +213,9 @@ def _gather_pasts(
             for start, n in row.segments:
                 slots.extend(range(start, start + n))
         index = index_on(slots, pool.device)
-        gathered = torch.index_select(pool, 2, index)  # (layers2, heads, B * P, dim)
+        shape = (layers2, heads, len(slots), dim)
+        gathered = scratch.get(shape, pool.dtype, pool.device) if scratch else None
+        gathered = torch.index_select(pool, 2, index, out=gathered)  # (layers2, heads, B*P, dim)
         if padding:  # one fill, not one per row
             gathered.index_fill_(2, index_on(padding, pool.device), 0)
         buffer[:, :, :, :width_past].copy_(
@@ -306,6 +309,7 @@ def run_group(
     onednn: bool = False,
     all_positions: bool = False,
     max_copy_bytes: int = CPU_COPY_BYTES,
+    gather_workspace: Workspace | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
     """Run one forward for ``rows``.
 
@@ -326,6 +330,7 @@ def run_group(
             (row ``i``'s are ``logits[i, :n_i]``), not only each row's last.
         max_copy_bytes: Largest temporary of the batched past gather (see
             :func:`~genlm_hf._device.default_budgets`).
+        gather_workspace: Where that temporary is taken from (fresh if None).
 
     Returns:
         ``(logits, buffer, P)``: last-position logits of shape ``(B, vocab)`` (or all
@@ -369,7 +374,7 @@ def run_group(
             buffer = workspace.get(shape, layout.dtype, device)
         else:
             buffer = torch.empty(shape, dtype=layout.dtype, device=device)
-        _gather_pasts(buffer, rows, width_past, pool, max_copy_bytes)
+        _gather_pasts(buffer, rows, width_past, pool, max_copy_bytes, gather_workspace)
         with logits_into(model, logits_workspace, helper, onednn), linears(model, onednn):
             out = model(
                 to_device(input_ids, device),

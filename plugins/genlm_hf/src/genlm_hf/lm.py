@@ -182,11 +182,19 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
         # The budget covers the forward's reused K/V buffer, a reserve for the rest of a
         # forward's working memory, and the prefix cache (what is left).
         keep, reserve = split_kv_budget(kv_cache_bytes, self.max_batch_kv_bytes)
+        if device.type == "cuda":
+            # A sampler's batches grow by a token a step: a fresh K/V buffer (and gather
+            # temporary) each step never fits the blocks the caching allocator holds, so
+            # it would map new device memory every step. Kept, they grow by a quarter.
+            keep = min(self.max_batch_kv_bytes, kv_cache_bytes // 4)
         self._workspace = Workspace(keep_bytes=keep)
+        self._gather_workspace = Workspace(keep_bytes=keep if device.type == "cuda" else 0)
         # Logits and log-probs of a batch: reused buffers, inside the working reserve.
         self._logits_workspace = Workspace(keep_bytes=reserve // 4)
         self._logprobs_workspace = Workspace(keep_bytes=reserve // 4)
-        self.kv_cache = PrefixKVCache(kv_cache_bytes - keep - reserve)
+        self.kv_cache = PrefixKVCache(
+            kv_cache_bytes - keep - self._gather_workspace.keep_bytes - reserve
+        )
         self._layout: KVLayout | None = None
         if kv_cache_bytes > 0:
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
@@ -290,6 +298,7 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
             onednn=self.linear_kernel == "onednn",
             all_positions=all_positions,
             max_copy_bytes=self._copy_bytes,
+            gather_workspace=self._gather_workspace,
         )
 
     def _forward_rows(self, adapter: str | None, group: list[Row]) -> list[torch.Tensor]:
@@ -373,7 +382,7 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
         """Memory at a glance: K/V cache statistics, the reused forward buffer, log-probs."""
         return {
             **super().cache_info(),
-            "kv_workspace_bytes": self._workspace.nbytes,
+            "kv_workspace_bytes": self._workspace.nbytes + self._gather_workspace.nbytes,
             "logits_workspace_bytes": self._logits_workspace.nbytes
             + self._logprobs_workspace.nbytes,
         }
@@ -381,6 +390,7 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
     def _free_buffers(self) -> None:
         """Free the reused buffers and the helper thread (the base class's hook)."""
         self._workspace.release()
+        self._gather_workspace.release()
         self._logits_workspace.release()
         self._logprobs_workspace.release()
         if self._helper is not None:
