@@ -301,6 +301,9 @@ BENCH_STACKS = {
     "mlx": ("bench_mlx",),
     "vllm": ("bench_vllm",),
     "sgl": ("bench_sgl",),
+    # On an NVIDIA GPU (each prints why it skips elsewhere); docs/gpu.md, and
+    # benchmarks/gpu/run.sh for a GPU machine without network.
+    "gpu": ("gpu/bench_sis_gpu", "gpu/bench_trie_gpu"),
 }
 
 

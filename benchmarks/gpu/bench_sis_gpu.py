@@ -301,7 +301,9 @@ def breakdown(lm: Any, prompt: list[int], particles: int, device: str) -> dict[s
 # -- main ---------------------------------------------------------------------------------
 
 
-def contestants(model: Any, tokenizer: Any, byte_vocab: Any, device: str) -> dict[str, Any]:
+def contestants(
+    model: Any, tokenizer: Any, byte_vocab: Any, device: str, batch_size: int | None = None
+) -> dict[str, Any]:
     from genlm.backend.llm.hf import AsyncTransformer as Reference
 
     from genlm_hf.lm import AsyncTransformer
@@ -310,10 +312,10 @@ def contestants(model: Any, tokenizer: Any, byte_vocab: Any, device: str) -> dic
         "client alone": ZeroCostLM(len(byte_vocab), device),
         "genlm-backend": Reference(model, tokenizer),
         "genlm-hf rows=cpu": AsyncTransformer(
-            model, tokenizer, byte_vocab=byte_vocab, row_device="cpu"
+            model, tokenizer, byte_vocab=byte_vocab, row_device="cpu", batch_size=batch_size
         ),
         "genlm-hf rows=model": AsyncTransformer(
-            model, tokenizer, byte_vocab=byte_vocab, row_device="model"
+            model, tokenizer, byte_vocab=byte_vocab, row_device="model", batch_size=batch_size
         ),
     }
 
@@ -328,13 +330,13 @@ def run_shape(args: argparse.Namespace, shape: str, tokenizer: Any, ceilings: di
     width = model.get_output_embeddings().weight.shape[0]
     byte_vocab = decode_vocab(tokenizer, vocab_size=width)
     prompt = tokenizer.encode(PROMPT)[:20]
-    lms = contestants(model, tokenizer, byte_vocab, args.device)
+    lms = contestants(model, tokenizer, byte_vocab, args.device, args.batch_size)
     ours = lms["genlm-hf rows=model"]
     print(
         f"\n== {shape} ({sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params, "
         f"{args.dtype}, built in {built:.1f} s on {args.device}); genlm-hf rows on "
         f"{ours.row_device}, K/V budget {ours.kv_cache_bytes / 2**30:.1f} GiB, "
-        f"per forward {ours.max_batch_kv_bytes / 2**30:.2f} GiB ==",
+        f"per forward {ours.max_batch_kv_bytes / 2**30:.2f} GiB, batch_size {ours.batch_size} ==",
         flush=True,
     )
     for lm in lms.values():  # warm-up: kernels, allocator, thread pools
@@ -405,6 +407,12 @@ def run_shape(args: argparse.Namespace, shape: str, tokenizer: Any, ceilings: di
     return out
 
 
+NO_GPU = (
+    "skipped: --device cuda needs an NVIDIA GPU and a CUDA build of torch "
+    "(torch.cuda.is_available() is False); --device cpu is a dry run of the same code"
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
@@ -413,8 +421,23 @@ def main() -> None:
     parser.add_argument("--particles", nargs="+", type=int, default=[32, 256])
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="one repeat of 16 tokens")
     parser.add_argument("--out", help="write every figure to this JSON file")
+    parser.add_argument(
+        "--no-cudnn-sdp",
+        action="store_true",
+        help="turn torch's cuDNN attention backend off (on an H100 it cost 0.64 ms of host "
+        "time per attention call; see docs/gpu.md)",
+    )
+    parser.add_argument("--batch-size", type=int, help="genlm-hf's batch_size (default: its own)")
     args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(NO_GPU)
+        return
+    if args.quick:
+        args.repeats, args.tokens = 1, 16
+    if args.no_cudnn_sdp:
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
     from transformers import AutoTokenizer
 

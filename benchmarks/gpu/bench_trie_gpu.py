@@ -441,6 +441,12 @@ def bar(report: dict) -> dict:
     return {"speed": verdicts, "masses": same}
 
 
+NO_GPU = (
+    "skipped: --device cuda needs an NVIDIA GPU and a CUDA build of torch "
+    "(torch.cuda.is_available() is False); --device cpu is a dry run of the same code"
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (a dry run)")
@@ -453,6 +459,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.dump_vocabs:
         return dump_vocabs(args.dump_vocabs)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(NO_GPU)
+        return None
     began = time.perf_counter()
     args.repeats = {1: 5 if args.quick else 20}
     args.repeats.update({b: 1 if args.quick else 5 if b <= 64 else 3 for b in args.batches})

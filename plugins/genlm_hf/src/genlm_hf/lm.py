@@ -42,7 +42,7 @@ from genlm_core.backend_kit import (
 from genlm_core.lm import GenlmBackendCompat, LoraAdapter
 from genlm_core.loading import check_dtype, resolve_model_name
 from genlm_hf import _peft
-from genlm_hf._device import default_budgets
+from genlm_hf._device import GPU_BATCH_SIZE, default_budgets
 from genlm_hf._forward import (
     KVLayout,
     Row,
@@ -86,7 +86,8 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
     Args:
         hf_model: A ``transformers`` causal LM (``AutoModelForCausalLM``).
         hf_tokenizer: Its tokenizer.
-        batch_size: Most distinct requests per forward (default 64).
+        batch_size: Most distinct requests per forward (default 64 on a CPU, 512 on a
+            GPU: every forward reads all the weights, see :data:`genlm_hf._device.GPU_BATCH_SIZE`).
         max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
             soon as the event loop has no runnable callers left).
         kv_cache_bytes: Byte budget of the model's working memory beyond its weights and
@@ -149,6 +150,8 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
         kv_cache_bytes, max_batch_kv_bytes, self._copy_bytes = default_budgets(
             device, kv_cache_bytes, max_batch_kv_bytes
         )
+        if batch_size is None and device.type == "cuda":
+            batch_size = GPU_BATCH_SIZE
         self.linear_kernel = resolve_linear_kernel(linear_kernel, device, dtype)
         hf_model.eval()
         width = _logits_width(hf_model)
