@@ -22,6 +22,7 @@ to the allocator.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import weakref
 from collections.abc import Callable
@@ -62,6 +63,9 @@ class RowPool:
         max_free_bytes: Most bytes of free slots to keep: an integer, or a
             zero-argument function returning one (asked whenever a slot comes back).
         dtype: Element type of the rows (torch or numpy dtype; float32 by default).
+        allocate: Makes a new slot's memory: ``allocate(width)`` returns a 1-D NumPy
+            array of ``dtype`` (default ``np.empty``; the CUDA trie passes page-locked
+            memory).
 
     Raises:
         ValueError: ``width`` is not an integer >= 1, or ``max_free_bytes`` is neither
@@ -78,6 +82,7 @@ class RowPool:
         width: int,
         max_free_bytes: int | Callable[[], int],
         dtype: Any = np.float32,
+        allocate: Callable[[int], np.ndarray] | None = None,
     ) -> None:
         if not is_int_at_least(width, 1):
             raise ValueError(f"width must be an integer >= 1, got {width!r}")
@@ -92,6 +97,7 @@ class RowPool:
         self.dtype = np.dtype(dtype)
         self.row_bytes = width * self.dtype.itemsize
         self._max_free_bytes = max_free_bytes
+        self._allocate = allocate or functools.partial(np.empty, dtype=self.dtype)
         self._free: list[np.ndarray] = []
         # Data address of each live row's slot -> its lease (a lease must outlive its
         # row for the callback to run; the address also answers :meth:`owns`).
@@ -186,7 +192,7 @@ class RowPool:
         except IndexError:  # none free (checked and popped at once: another thread may take)
             with self._counter_lock:
                 self._allocated += 1
-            return np.empty(self.width, dtype=self.dtype)
+            return self._allocate(self.width)
         with self._counter_lock:
             self._reused += 1
         return slot

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -33,11 +34,15 @@ class BatchOutputs:
     Args:
         width: Values per row (the trie's node count).
         dtype: Element type.
+        allocate: Makes a new block's memory (see :class:`~genlm_core.runtime.RowPool`).
     """
 
-    def __init__(self, width: int, dtype: type) -> None:
+    def __init__(
+        self, width: int, dtype: type, allocate: Callable[[int], np.ndarray] | None = None
+    ) -> None:
         self.width = width
         self.dtype = np.dtype(dtype)
+        self._allocate = allocate
         self._pools: OrderedDict[int, RowPool] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -48,7 +53,10 @@ class BatchOutputs:
             if pool is None:
                 block_bytes = batch * self.width * self.dtype.itemsize
                 pool = self._pools[batch] = RowPool(
-                    batch * self.width, max_free_bytes=block_bytes, dtype=self.dtype
+                    batch * self.width,
+                    max_free_bytes=block_bytes,
+                    dtype=self.dtype,
+                    allocate=self._allocate,
                 )
                 while len(self._pools) > KEPT_SIZES:
                     _, oldest = self._pools.popitem(last=False)

@@ -228,15 +228,23 @@ class CharacterTrieBase:
                     f"repeats decode[{first}] = {self.decode[first]!r}; {hint}"
                 )
 
+    def _vector(self, ws: Any, what: str) -> Any:
+        """One distribution as :meth:`_fill` takes it (a subclass may keep it on its device)."""
+        return as_vector(ws, len(self._arrays.token_leaf), what)
+
+    def _batch(self, ws: Any, what: str) -> Any:
+        """A batch as :meth:`_fill` takes it (a subclass may keep it on its device)."""
+        return as_batch(ws, len(self._arrays.token_leaf), what)
+
     def _one(self, op: str, what: str, ws: Any) -> np.ndarray:
-        arr = as_vector(ws, len(self._arrays.token_leaf), what)
+        arr = self._vector(ws, what)
         masses, bad = self._fill_one(op, arr)
         if bad >= 0:
             raise nan_error(what, bad, self.decode[bad])
         return masses
 
     def _many(self, op: str, what: str, ws: Any) -> np.ndarray:
-        arr = as_batch(ws, len(self._arrays.token_leaf), what)
+        arr = self._batch(ws, what)
         if arr.shape[0] == 0:
             return np.empty((0, self.num_nodes), dtype=self.out_dtype)
         masses, bad = self._fill(op, arr)

@@ -10,7 +10,8 @@ NumPy over PCIe (256 distributions over Llama-3's 404k nodes are 414 MB). So a
 batch is computed in chunks (about ``CHUNK_BYTES`` of masses each) into a small
 ring of device buffers; while a chunk is computed, the one before is copied on a
 second stream into page-locked host memory that is recycled between calls
-(:class:`_HostBlocks`), and each call synchronises once, at the end. Weights
+(:class:`~genlm_core.trie._outputs.BatchOutputs` over page-locked blocks), and each
+call synchronises once, at the end. Weights
 already on the device stay there: they are checked where they are (shape, dtype,
 NaN) and the NaN flags come back with the masses. Host weights go through a
 page-locked staging block, so their upload is asynchronous too.
@@ -23,10 +24,7 @@ it is tested on machines without a GPU.
 from __future__ import annotations
 
 import contextlib
-import threading
 import warnings
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,18 +32,11 @@ import numpy as np
 import torch
 
 from genlm_core.trie._build import TrieArrays, build_trie_arrays
-from genlm_core.trie._outputs import KEPT_SIZES
+from genlm_core.trie._outputs import BatchOutputs
 from genlm_core.trie.base import CharacterTrieBase
 from genlm_core.trie.errors import InvalidWeightsError
 from genlm_core.trie.vocab import EncodedVocab
-from genlm_core.trie.weights import (
-    as_batch,
-    as_vector,
-    check_batch,
-    check_vector,
-    nan_error,
-    real_tensor,
-)
+from genlm_core.trie.weights import check_batch, check_vector, real_tensor
 
 __all__ = ["CHUNK_BYTES", "TorchTokenCharacterTrie", "cuda_trie"]
 
@@ -110,61 +101,13 @@ def _split_rows(crow: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, n
     return new_crow, entries, owners
 
 
-class _Lease(weakref.ref):
-    """A weak reference to a handed-out block's NumPy array, carrying the block."""
+def _pinned(dtype: torch.dtype):
+    """An allocator of page-locked host memory, as NumPy arrays (for ``BatchOutputs``)."""
 
-    __slots__ = ("batch", "slot")
+    def allocate(n: int) -> np.ndarray:
+        return torch.empty(n, dtype=dtype, pin_memory=True).numpy()
 
-
-class _HostBlocks:
-    """``(batch, width)`` host blocks whose memory is recycled; page-locked for CUDA.
-
-    Why: a device-to-host copy runs at full PCIe speed (and asynchronously) only
-    into page-locked memory, and page-locking is slow (a cudaHostAlloc of hundreds of
-    MB), so blocks are kept for the next call: one spare per batch size, for the
-    ``KEPT_SIZES`` most recent sizes, as ``BatchOutputs`` keeps warm pages on the CPU.
-    A block handed out by :meth:`empty` comes back only when nothing uses its memory
-    any more: every array or tensor over it shares one storage, which holds the NumPy
-    array a weak reference watches (as ``RowPool`` does).
-    """
-
-    def __init__(self, width: int, dtype: torch.dtype, pin: bool) -> None:
-        self.width, self.dtype, self.pin = width, dtype, pin
-        self._free: OrderedDict[int, list[torch.Tensor]] = OrderedDict()
-        self._live: dict[int, _Lease] = {}
-        self._lock = threading.Lock()
-
-    def take(self, batch: int) -> torch.Tensor:
-        """A flat block of ``batch * width`` values, a spare if there is one."""
-        with self._lock:
-            free = self._free.pop(batch, [])
-            self._free[batch] = free  # now the most recent size
-            while len(self._free) > KEPT_SIZES:
-                self._free.popitem(last=False)
-            slot = free.pop() if free else None
-        if slot is None:
-            slot = torch.empty(batch * self.width, dtype=self.dtype, pin_memory=self.pin)
-        return slot
-
-    def put(self, batch: int, slot: torch.Tensor) -> None:
-        """Keep ``slot`` as the spare of its size (no lock: also runs from a GC callback)."""
-        free = self._free.get(batch)
-        if free is not None and not free:
-            free.append(slot)
-
-    def empty(self, batch: int) -> tuple[np.ndarray, torch.Tensor]:
-        """The caller's ``(batch, width)`` array, and a tensor over the same memory to fill."""
-        slot = self.take(batch)
-        array = slot.numpy()  # new each time: only the storage made below will hold it
-        lease = _Lease(array, self._returned)
-        lease.batch, lease.slot = batch, slot
-        self._live[id(lease)] = lease
-        tensor = torch.from_numpy(array).view(batch, self.width)
-        return tensor.numpy(), tensor
-
-    def _returned(self, lease: _Lease) -> None:
-        del self._live[id(lease)]
-        self.put(lease.batch, lease.slot)
+    return allocate
 
 
 def _first_nan(row: Any) -> int:
@@ -237,9 +180,11 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
             self._heavy = torch.from_numpy(heavy).to(self.device)
         self._src = torch.from_numpy(tokens).to(self.device)
         self._dst = torch.from_numpy(nodes).to(self.device)
+        # Page-locking is slow (a cudaHostAlloc of hundreds of MB): blocks are recycled.
         cuda = self.device.type == "cuda"
-        self._outputs = _HostBlocks(n_nodes, dtype, pin=cuda)
-        self._stages = _HostBlocks(n_tokens, dtype, pin=True) if cuda else None
+        pinned = _pinned(dtype) if cuda else None
+        self._outputs = BatchOutputs(n_nodes, self.out_dtype, allocate=pinned)
+        self._stages = BatchOutputs(n_tokens, self.out_dtype, allocate=pinned) if cuda else None
         self._copy_stream = torch.cuda.Stream(self.device) if cuda else None
 
     def _build(self, vocab: EncodedVocab) -> TrieArrays:
@@ -247,28 +192,16 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
 
     # -- the public methods' work ---------------------------------------------------
 
-    def _one(self, op: str, what: str, ws: Any) -> np.ndarray:
+    def _vector(self, ws: Any, what: str) -> Any:
+        """Weights already on the device stay there (checked where they are)."""
         w = self._device_weights(ws, what, batch=False)
-        src = w[None] if w is not None else as_vector(ws, self._vocab_size, what)[None]
-        masses, nan_rows = self._run(op, src)
-        if nan_rows.size:
-            pos = _first_nan(src[0])
-            raise nan_error(what, pos, self.decode[pos])
-        return masses[0]
+        return w if w is not None else super()._vector(ws, what)
 
-    def _many(self, op: str, what: str, ws: Any) -> np.ndarray:
+    def _batch(self, ws: Any, what: str) -> Any:
         w = self._device_weights(ws, what, batch=True)
-        src = w if w is not None else as_batch(ws, self._vocab_size, what)
-        if src.shape[0] == 0:
-            return np.empty((0, self.num_nodes), dtype=self.out_dtype)
-        masses, nan_rows = self._run(op, src)
-        if nan_rows.size:
-            row = int(nan_rows[0])
-            pos = _first_nan(src[row])
-            raise nan_error(f"batch_{what}", pos, self.decode[pos], row)
-        return masses
+        return w if w is not None else super()._batch(ws, what)
 
-    def _fill(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _fill(self, op: str, ws: np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         masses, nan_rows = self._run(op, ws)
         bad = np.full(len(ws), -1, dtype=np.int64)
         for row in nan_rows.tolist():
@@ -313,7 +246,8 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
     def _run(self, op: str, src: np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Masses of every row of ``src`` (B, V), and the rows that hold a NaN."""
         n = src.shape[0]
-        masses, host = self._outputs.empty(n)
+        masses = self._outputs.empty(n)
+        host = torch.from_numpy(masses)
         flags = torch.empty(n, dtype=torch.bool, device=self.device)
         rows = self._chunk_rows()
         if self._copy_stream is None:
@@ -339,9 +273,8 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
         )
         computed = [torch.cuda.Event() for _ in range(slots)]
         copied = [torch.cuda.Event() for _ in range(slots)]
-        stage = (
-            self._stages.take(n).view(n, self._vocab_size) if isinstance(src, np.ndarray) else None
-        )
+        # page-locked, so host weights upload asynchronously; recycled once dropped
+        stage = torch.from_numpy(self._stages.empty(n)) if isinstance(src, np.ndarray) else None
         try:
             for k, lo in enumerate(starts):
                 w = self._load(src, lo, lo + rows, stage)
@@ -365,8 +298,6 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
                 copy.synchronize()
                 comp.synchronize()
             raise
-        if stage is not None:
-            self._stages.put(n, stage.view(-1))  # every upload from it is done
         return bad
 
     def _load(

@@ -168,3 +168,19 @@ def test_bad_width(width):
 def test_bad_limit(limit):
     with pytest.raises(ValueError, match="max_free_bytes must be an integer >= 0"):
         RowPool(4, max_free_bytes=limit)
+
+
+def test_slots_come_from_the_given_allocator():
+    made = []
+
+    def allocate(n):
+        made.append(n)
+        return np.full(n, 7.0, dtype=np.float32)
+
+    pool = RowPool(4, max_free_bytes=1 << 20, allocate=allocate)
+    (row,) = pool.empty_rows(1)
+    assert made == [4] and row.tolist() == [7.0] * 4
+    del row
+    gc.collect()
+    (again,) = pool.empty_rows(1)  # a recycled slot: the allocator is not asked again
+    assert made == [4] and pool.stats().reused == 1

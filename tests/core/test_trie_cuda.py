@@ -25,8 +25,6 @@ from genlm.backend.trie import ParallelTokenCharacterTrie as BackendParallelTrie
 
 from genlm_core.tokenization import Token
 from genlm_core.trie import InvalidWeightsError, TokenCharacterTrie, TorchTokenCharacterTrie
-from genlm_core.trie._outputs import KEPT_SIZES
-from genlm_core.trie.torch_trie import _HostBlocks
 
 # gc.collect() here needs to see only what each test made (see conftest.young_gc).
 pytestmark = pytest.mark.usefixtures("young_gc")
@@ -247,21 +245,6 @@ def test_a_tensor_over_an_output_keeps_it():
     again = trie.batch_weight_sum(np.zeros((2, len(WORDS))))
     assert again.ctypes.data != tensor.data_ptr()
     assert tensor[0, trie.root] == len(WORDS)
-
-
-def test_host_blocks_keep_one_spare_for_the_recent_sizes():
-    blocks = _HostBlocks(width=4, dtype=torch.float32, pin=False)
-    arrays = {b: blocks.empty(b)[0] for b in range(1, KEPT_SIZES + 2)}
-    del arrays
-    gc.collect()
-    kept = {b for b, free in blocks._free.items() if free}
-    assert kept == set(range(2, KEPT_SIZES + 2))
-    assert not blocks._live
-    slot = blocks.take(3)
-    assert slot.shape == (12,)
-    blocks.put(3, slot)
-    blocks.put(3, torch.empty(12))  # one spare per size
-    assert len(blocks._free[3]) == 1
 
 
 def test_concurrent_calls_get_their_own_masses():

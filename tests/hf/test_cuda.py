@@ -175,53 +175,50 @@ async def test_cuda_float32_equals_cpu(hf_models, key, row_device):
 # -- the conformance suite on the GPU -------------------------------------------------------------
 
 
+class CudaConformance(AsyncLMConformance):
+    """The conformance suite over a session model moved to the GPU (set the three below)."""
+
+    key: str
+    dtype: torch.dtype
+    row_device: str = "auto"
+
+    @pytest.fixture
+    def lm(self, hf_models):
+        model = on_cuda(hf_models(self.key), self.dtype, row_device=self.row_device)
+        if self.row_device == "auto":
+            assert model.row_device.type == GPU
+        yield model
+        model.cleanup()
+
+
 @cuda
-class TestTinyGPT2CudaFloat32Conformance(AsyncLMConformance):
+class TestTinyGPT2CudaFloat32Conformance(CudaConformance):
     """Rows on the GPU (the default there)."""
 
-    @pytest.fixture
-    def lm(self, hf_models):
-        model = on_cuda(hf_models("tiny-gpt2"), torch.float32)
-        assert model.row_device.type == GPU
-        yield model
-        model.cleanup()
+    key, dtype = "tiny-gpt2", torch.float32
 
 
 @cuda
-class TestTinyLlama3CudaFloat32CpuRowsConformance(AsyncLMConformance):
+class TestTinyLlama3CudaFloat32CpuRowsConformance(CudaConformance):
     """Rows moved to the CPU (``row_device="cpu"``)."""
 
-    @pytest.fixture
-    def lm(self, hf_models):
-        model = on_cuda(hf_models("tiny-llama3"), torch.float32, row_device="cpu")
-        yield model
-        model.cleanup()
+    key, dtype, row_device = "tiny-llama3", torch.float32, "cpu"
 
 
 @cuda
-class TestTinyLlama3CudaBfloat16Conformance(AsyncLMConformance):
+class TestTinyLlama3CudaBfloat16Conformance(CudaConformance):
     # Batched against single rows in bfloat16: other batch shapes pick other kernels.
     # The tiny models' logits are below 1 in magnitude: two bfloat16 ulps there.
     atol = 2 * 2**-7
     prefix_atol = 2 * 2**-7
-
-    @pytest.fixture
-    def lm(self, hf_models):
-        model = on_cuda(hf_models("tiny-llama3"), torch.bfloat16)
-        yield model
-        model.cleanup()
+    key, dtype = "tiny-llama3", torch.bfloat16
 
 
 @cuda
-class TestTinyGPT2CudaBfloat16CpuRowsConformance(AsyncLMConformance):
+class TestTinyGPT2CudaBfloat16CpuRowsConformance(CudaConformance):
     atol = 2 * 2**-7
     prefix_atol = 2 * 2**-7
-
-    @pytest.fixture
-    def lm(self, hf_models):
-        model = on_cuda(hf_models("tiny-gpt2"), torch.bfloat16, row_device="cpu")
-        yield model
-        model.cleanup()
+    key, dtype, row_device = "tiny-gpt2", torch.bfloat16, "cpu"
 
 
 # -- rows on the device: batched checks and copies, the cache's budget ----------------------------

@@ -66,7 +66,9 @@ __all__ = [
 _UNKNOWN = object()  # adapter state after loading/unloading one: re-apply on next use
 
 
-def split_kv_budget(kv_cache_bytes: int, max_batch_kv_bytes: int) -> tuple[int, int]:
+def split_kv_budget(
+    kv_cache_bytes: int, max_batch_kv_bytes: int, *, on_gpu: bool = False
+) -> tuple[int, int]:
     """Split ``kv_cache_bytes`` into (reused forward K/V buffer, working-memory reserve).
 
     The prefix cache gets the rest. The reserve (a quarter of the budget, at most
@@ -74,8 +76,15 @@ def split_kv_budget(kv_cache_bytes: int, max_batch_kv_bytes: int) -> tuple[int, 
     log-probs, activations, and allocator slack between heap trims. Measured on
     SmolLM2 with 32-row batches, that is ~35 MiB at peak plus ~17 MiB of bookkeeping;
     without the reserve a 256 MiB budget peaked ~35 MiB above it.
+
+    On a GPU (``on_gpu``) the kept buffer may be one forward's whole K/V buffer (at
+    most a quarter of the budget), and so may the past-gather temporary kept beside it
+    (the model keeps both, and the prefix cache gets what is left): a sampler's batch
+    grows by a token a step, and a fresh buffer each step would never fit the blocks
+    torch's caching allocator holds, so it would map new device memory every step.
     """
-    keep = min(max_batch_kv_bytes, 64 << 20, kv_cache_bytes // 4)
+    cap = kv_cache_bytes // 4 if on_gpu else min(64 << 20, kv_cache_bytes // 4)
+    keep = min(max_batch_kv_bytes, cap)
     reserve = min(64 << 20, kv_cache_bytes // 4)
     return keep, reserve
 
@@ -184,20 +193,15 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
         self.max_positions = max_positions_of(hf_model.config.get_text_config())
         # The budget covers the forward's reused K/V buffer, a reserve for the rest of a
         # forward's working memory, and the prefix cache (what is left).
-        keep, reserve = split_kv_budget(kv_cache_bytes, self.max_batch_kv_bytes)
-        if device.type == "cuda":
-            # A sampler's batches grow by a token a step: a fresh K/V buffer (and gather
-            # temporary) each step never fits the blocks the caching allocator holds, so
-            # it would map new device memory every step. Kept, they grow by a quarter.
-            keep = min(self.max_batch_kv_bytes, kv_cache_bytes // 4)
+        on_gpu = device.type == "cuda"
+        keep, reserve = split_kv_budget(kv_cache_bytes, self.max_batch_kv_bytes, on_gpu=on_gpu)
+        gather_keep = keep if on_gpu else 0  # on a CPU the gather temporary is freed at once
         self._workspace = Workspace(keep_bytes=keep)
-        self._gather_workspace = Workspace(keep_bytes=keep if device.type == "cuda" else 0)
+        self._gather_workspace = Workspace(keep_bytes=gather_keep)
         # Logits and log-probs of a batch: reused buffers, inside the working reserve.
         self._logits_workspace = Workspace(keep_bytes=reserve // 4)
         self._logprobs_workspace = Workspace(keep_bytes=reserve // 4)
-        self.kv_cache = PrefixKVCache(
-            kv_cache_bytes - keep - self._gather_workspace.keep_bytes - reserve
-        )
+        self.kv_cache = PrefixKVCache(kv_cache_bytes - keep - gather_keep - reserve)
         self._layout: KVLayout | None = None
         if kv_cache_bytes > 0:
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
