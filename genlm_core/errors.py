@@ -84,8 +84,12 @@ class WorkerInitError(GenlmError, RuntimeError):
     """An AutoBatcher's worker-thread initializer raised; that thread runs no batch."""
 
 
-class ModelClosedError(GenlmError, RuntimeError):
-    """A language model was used after ``cleanup()``."""
+class ModelClosedError(BatcherClosedError):
+    """A language model was used after ``cleanup()`` (or ``aclose()``): load it again.
+
+    Calls queued when the model was closed get it too. A :class:`BatcherClosedError`,
+    what a model's queued callers got before, so code catching that keeps working.
+    """
 
 
 class ModelNotFoundError(GenlmError, OSError):

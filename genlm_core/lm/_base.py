@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -71,6 +72,7 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
         self._adapters = AdapterTable()
         self._gate = ComputeGate(concurrent=self.thread_safe)
         self._closed = False
+        self._cleanup_lock = threading.RLock()  # a second cleanup returns once it is done
 
     # -- contract ---------------------------------------------------------------
 
@@ -277,10 +279,16 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ModelClosedError(
-                f"{type(self).__name__} was cleaned up (cleanup() or the end of a `with` "
-                f"block); load the model again to keep using it"
-            )
+            raise self._closed_error()
+
+    def _closed_error(self) -> ModelClosedError:
+        """The error of every call made, queued or starting to compute after cleanup."""
+        source = getattr(self.tokenizer, "name_or_path", None)
+        name = type(self).__name__ + (f" ({source!r})" if isinstance(source, str) and source else "")
+        return ModelClosedError(
+            f"{name} was cleaned up (cleanup(), aclose() or the end of a `with` block) "
+            f"before this call was computed; load the model again to keep using it"
+        )
 
     @property
     def closed(self) -> bool:
@@ -288,18 +296,34 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
         return self._closed
 
     def cleanup(self) -> None:
-        """Release the model's resources. Idempotent; later calls raise ModelClosedError."""
-        if self._closed:
-            return
-        self._closed = True
-        self._release()
+        """Release the model's resources. Idempotent; later calls raise ModelClosedError.
+
+        Calls still queued fail with :class:`ModelClosedError`; a computation already
+        running finishes first (this waits for it), and none starts once this returns,
+        for any backend: the core refuses it where it would start. From a coroutine,
+        ``await`` :meth:`cleanup_async` instead (this blocks the event loop meanwhile).
+        """
+        with self._cleanup_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._gate.close(self._closed_error)  # waits for the computations running
+            self._release()
+
+    async def cleanup_async(self) -> None:
+        """:meth:`cleanup` for coroutines: the same, waited for off the event loop.
+
+        Waiting for the computation in flight and freeing the model run in a thread,
+        so the program's other coroutines keep running meanwhile.
+        """
+        await asyncio.to_thread(self.cleanup)
 
     async def aclose(self) -> None:
-        """Wait for the calls in flight to get their answers, then :meth:`cleanup`.
+        """Wait for the calls in flight to get their answers, then :meth:`cleanup_async`.
 
         What ``async with lm:`` does on exit. Idempotent.
         """
-        self.cleanup()
+        await self.cleanup_async()
 
     def _release(self) -> None:
         """Free backend resources (engine, caches). Called once by :meth:`cleanup`.

@@ -119,6 +119,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             max_batch_size=batch_size,
             max_wait=self.max_wait,
             copy_result=_rows.private,
+            closed_error=self._closed_error,
         )
         #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
         #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
@@ -180,6 +181,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
 
     def _batcher(self) -> Any:
         """The running event loop's batcher (see :class:`~genlm_core.runtime.LoopBatchers`)."""
+        self._check_open()  # no new batcher (and thread) for a closed model
         return self._loop_batchers.get()
 
     async def next_token_logprobs(
@@ -369,7 +371,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             self.cache.remove_if(lambda key: key.lora_name == lora_name)
 
     async def aclose(self) -> None:
-        """Compute every call already made on this event loop, then :meth:`cleanup`.
+        """Compute every call already made on this event loop, then :meth:`cleanup_async`.
 
         What ``async with lm:`` does on exit: calls made inside the block get their
         answers (queued ones are computed, not failed). Idempotent.
@@ -379,7 +381,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         try:
             await self._loop_batchers.aclose(drain=True)
         finally:
-            self.cleanup()
+            await self.cleanup_async()
 
     def _release(self) -> None:
         self._loop_batchers.close()  # queued calls fail; the worker ends after its batches

@@ -66,6 +66,9 @@ class AutoBatcher(Generic[K, R]):
         copy_result: When several callers wait for one key, the first gets the result
             and each other one ``copy_result(result)`` (for results callers may change
             in place). None: they all get the same object.
+        closed_error: Makes the error that queued and later callers get once the
+            batcher is closed (a model's :class:`~genlm_core.errors.ModelClosedError`).
+            Default: a :class:`BatcherClosedError`.
 
     Raises:
         ValueError: ``max_batch_size`` is not an integer >= 1, or ``max_wait`` is not
@@ -88,6 +91,7 @@ class AutoBatcher(Generic[K, R]):
         name: str = "AutoBatcher",
         worker_thread: WorkerThread | None = None,
         copy_result: Callable[[R], R] | None = None,
+        closed_error: Callable[[], BaseException] | None = None,
     ) -> None:
         if not callable(batch_fn):
             raise ValueError(f"batch_fn must be callable, got {batch_fn!r}")
@@ -99,6 +103,7 @@ class AutoBatcher(Generic[K, R]):
             raise ValueError(f"worker_thread must be a WorkerThread, got {worker_thread!r}")
         self._batch_fn = batch_fn
         self._copy_result = copy_result
+        self._closed_error_factory = closed_error
         self.max_batch_size = max_batch_size
         self.max_wait = float(max_wait)
         self.adaptive = bool(adaptive)
@@ -280,7 +285,9 @@ class AutoBatcher(Generic[K, R]):
     def _bound_loop(self) -> asyncio.AbstractEventLoop | None:
         return self._loop_ref() if self._loop_ref is not None else None
 
-    def _closed_error(self) -> BatcherClosedError:
+    def _closed_error(self) -> BaseException:
+        if self._closed_error_factory is not None:
+            return self._closed_error_factory()
         return BatcherClosedError(
             f"{self.name} is closed; create a new AutoBatcher (or a new model) to submit more"
         )
@@ -396,7 +403,7 @@ class AutoBatcher(Generic[K, R]):
                     lane = self._lane
             lane.submit(self._call, keys, loop, on_done)
         except Exception as exc:  # the shared worker thread was shut down
-            on_done(None, exc)
+            on_done(None, self._closed_error() if self._closed else exc)
 
     def _call(self, keys: list[K]) -> list[R]:
         """Run batch_fn (worker thread) and check it returned one result per key."""

@@ -9,7 +9,10 @@ batch computes with it. The gate gives both:
 * :meth:`ComputeGate.computing`: one computation at a time, or several at once for a
   backend that declares itself thread-safe;
 * :meth:`ComputeGate.exclusive`: no computation at all (it waits for those running and
-  holds new ones back), for changes to the model.
+  holds new ones back), for changes to the model;
+* :meth:`ComputeGate.close`: no computation ever again. Checked where a computation
+  starts, under the lock ``close`` takes, so once ``close`` returns none starts, whoever
+  queued it: a freed model is never computed with, without a guard in each backend.
 
 Both are reentrant for the thread that holds them, so a backend's own code may nest
 them (an adapter hook that clears a cache taking exclusive access again).
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = ["ComputeGate"]
 
@@ -39,15 +42,39 @@ class ComputeGate:
         self._owner: int | None = None  # thread holding exclusive access
         self._owner_depth = 0
         self._waiting_exclusive = 0  # writers waiting: new computations hold back
+        self._closed_error: Callable[[], BaseException] | None = None  # set by close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed_error is not None
+
+    def close(self, error: Callable[[], BaseException]) -> None:
+        """Refuse every later computation with ``error()``; wait for those running.
+
+        A computation already running (in another thread) finishes first; one nested in
+        a running computation is part of it and still runs. Idempotent (the first
+        ``error`` stays).
+        """
+        with self.exclusive(), self._cond:
+            if self._closed_error is None:
+                self._closed_error = error
 
     @contextlib.contextmanager
     def computing(self) -> Iterator[None]:
-        """Hold while computing with the model."""
+        """Hold while computing with the model.
+
+        Raises:
+            Exception: ``error()`` of :meth:`close`, once the gate is closed.
+        """
         me = threading.get_ident()
         with self._cond:
-            if self._owner != me and me not in self._computing:
-                while not self._may_compute():
-                    self._cond.wait()
+            if me not in self._computing:  # a new computation, not a nested one
+                if self._owner != me:
+                    while not self._may_compute():
+                        self._cond.wait()
+                if self._closed_error is not None:
+                    raise self._closed_error()
             self._computing[me] = self._computing.get(me, 0) + 1
         try:
             yield

@@ -25,9 +25,10 @@ from genlm_core.testing.conformance._concurrency import ConcurrencyCases
 from genlm_core.testing.conformance._contract import ContractCases
 from genlm_core.testing.conformance._lora import LoraConformance
 from genlm_core.testing.conformance._ownership import OwnershipCases
+from genlm_core.testing.conformance._shutdown import ShutdownCases
 
 __all__ = ["AsyncLMConformance", "LoraConformance"]
 
 
-class AsyncLMConformance(ContractCases, OwnershipCases, ConcurrencyCases):
+class AsyncLMConformance(ContractCases, OwnershipCases, ConcurrencyCases, ShutdownCases):
     """Invariants of the AsyncLM contract (docs/plugins.md, "Testing your plugin")."""
