@@ -146,11 +146,10 @@ class PrefixCachedLM(BatchedAsyncLM):
         """``compute(adapter, its requests)`` per adapter version, in request order.
 
         ``adapter`` is the version's engine name (None: the base model), which also keys
-        its prefix tree. The core runs one computation at a time.
+        its prefix tree. The core runs one computation at a time, and none once
+        cleanup() has begun (so ``self.model`` is set here).
         """
         with self.forward_context():
-            if self.model is None:
-                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
             by_adapter: dict[str | None, list[Any]] = {}
             for req in requests:
                 by_adapter.setdefault(self.adapter_handle(req), []).append(req)

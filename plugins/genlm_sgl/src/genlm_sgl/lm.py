@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 import torch
 
 from genlm_core.backend_kit import EngineLM
-from genlm_core.errors import ModelClosedError
 from genlm_core.lm import (
     GenlmBackendCompat,
     LoraAdapter,
@@ -158,11 +157,9 @@ class AsyncSGLTransformer(GenlmBackendCompat, EngineLM):
 
     def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
         """Log-probs of distinct requests: one scheduler run, rows matched by request id."""
-        runner = self._runner
-        if runner is None or self._closed:
-            raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+        # No guard of its own: once cleanup() has begun the core starts no batch.
         prompts = [(req.token_ids, _lora_id(self.adapter_handle(req))) for req in requests]
-        return runner.logprobs(prompts, self.row_pool.empty_rows)
+        return self._runner.logprobs(prompts, self.row_pool.empty_rows)
 
     def clear_cache(self) -> None:
         """Drop cached outputs and flush SGLang's radix prefix cache."""

@@ -155,10 +155,10 @@ class AsyncVirtualLM(GenlmBackendCompat, EngineLM):
 
     def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
         """Log-probs of distinct requests: one engine run, rows matched by request id."""
-        runner = self._runner
-        if runner is None or self._closed:
-            raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-        return runner.logprobs([(req.token_ids, self.adapter_handle(req)) for req in requests])
+        # No guard of its own: once cleanup() has begun the core starts no batch.
+        return self._runner.logprobs(
+            [(req.token_ids, self.adapter_handle(req)) for req in requests]
+        )
 
     def validate_token_ids(self, token_ids: Any) -> tuple[int, ...]:
         """Check a prompt (see the base class) and that it leaves room for one token."""
