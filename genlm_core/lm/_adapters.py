@@ -16,6 +16,7 @@ held exclusively (no batch computing) and keeps this table.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import threading
@@ -181,6 +182,20 @@ class LoraAdapters:
                 raise UnknownLoraError(self._unknown_lora_message(lora_name))
             self.unload_adapter(*entry)
             self._forget_adapter_outputs(lora_name)
+
+    async def add_new_lora_async(
+        self, lora_path: str | os.PathLike[str], lora_name: str = "lora_1"
+    ) -> None:
+        """:meth:`add_new_lora` for coroutines: the same, waited for off the event loop.
+
+        Waiting for the batch in flight and loading the adapter (seconds for a real
+        one) run in a thread, so the program's other coroutines keep running.
+        """
+        await asyncio.to_thread(self.add_new_lora, lora_path, lora_name)
+
+    async def remove_lora_async(self, lora_name: str) -> None:
+        """:meth:`remove_lora` for coroutines: the same, waited for off the event loop."""
+        await asyncio.to_thread(self.remove_lora, lora_name)
 
     @property
     def lora_names(self) -> list[str]:

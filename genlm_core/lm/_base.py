@@ -284,7 +284,9 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
     def _closed_error(self) -> ModelClosedError:
         """The error of every call made, queued or starting to compute after cleanup."""
         source = getattr(self.tokenizer, "name_or_path", None)
-        name = type(self).__name__ + (f" ({source!r})" if isinstance(source, str) and source else "")
+        name = type(self).__name__ + (
+            f" ({source!r})" if isinstance(source, str) and source else ""
+        )
         return ModelClosedError(
             f"{name} was cleaned up (cleanup(), aclose() or the end of a `with` block) "
             f"before this call was computed; load the model again to keep using it"
