@@ -435,12 +435,21 @@ class AutoBatcher(Generic[K, R]):
             err.__cause__ = exc
             exc = err
         slots = self._slots
-        values: Any = results if results is not None else itertools.repeat(None)
-        for key, futs, value in zip(keys, waiters, values, strict=False):  # values may repeat
+        for key, futs in zip(keys, waiters, strict=True):  # no slot outlives its batch
             other = slots.pop(key, futs)
             if other is not futs:  # a newer slot (the state was reset meanwhile): keep it
                 slots[key] = other
-            resolve(futs, value, exc if exc is not None else failure_of(value), self._copy_result)
+        values: Any = results if results is not None else itertools.repeat(None)
+        try:
+            for futs, value in zip(waiters, values, strict=False):  # values may repeat
+                error = exc if exc is not None else failure_of(value)
+                resolve(futs, value, error, self._copy_result)
+        except BaseException as failure:  # e.g. KeyboardInterrupt: still answer everyone
+            for futs in waiters:
+                for fut in futs:
+                    if not fut.done():
+                        fut.set_exception(failure)
+            raise
 
     def _fail_all(self, exc: BaseException) -> None:
         """Fail every pending and in-flight future (loop thread)."""

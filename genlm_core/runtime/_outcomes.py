@@ -56,7 +56,8 @@ def resolve(
     """Give every caller still waiting for one key its outcome.
 
     ``error`` fails them all; otherwise the first gets ``value`` and, with ``copy``,
-    each other one ``copy(value)`` (results callers may change in place).
+    each other one ``copy(value)`` (results callers may change in place). A copy that
+    raises (memory pressure, a custom ``copy``) fails its own caller alone.
     """
     first = True
     for fut in futures:
@@ -68,4 +69,9 @@ def resolve(
             fut.set_result(value)
             first = False
         else:
-            fut.set_result(copy(value))
+            try:
+                mine = copy(value)
+            except Exception as exc:  # noqa: BLE001 - this caller's failure, handed to it
+                fut.set_exception(exc)
+            else:
+                fut.set_result(mine)

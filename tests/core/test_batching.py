@@ -797,3 +797,24 @@ async def test_copy_result_gives_every_caller_but_the_first_a_copy() -> None:
     assert d is e
     await batcher.aclose()
     await plain.aclose()
+
+
+async def test_a_failing_copy_fails_its_caller_alone_and_frees_the_slot() -> None:
+    """Copying a result for one caller raises: the others resolve, the key computes afresh."""
+
+    def copy(value: str) -> str:
+        if value == "b":
+            raise MemoryError("no memory left to copy b's row")
+        return value
+
+    rec = Recorder(lambda keys: list(keys))
+    batcher = AutoBatcher(rec, max_batch_size=8, copy_result=copy)
+    calls = [asyncio.ensure_future(batcher.submit(k)) for k in ["b", "b", "a", "a", "c"]]
+    done, pending = await asyncio.wait(calls, timeout=5)
+    assert not pending, f"{len(pending)} callers of the batch were never resolved"
+    assert calls[0].result() == "b"  # the first caller gets the result itself
+    assert isinstance(calls[1].exception(), MemoryError)  # only the failed copy's caller
+    assert [c.result() for c in calls[2:]] == ["a", "a", "c"]
+    assert await asyncio.wait_for(batcher.submit("a"), 5) == "a"  # not a dead slot
+    assert rec.batches == [["b", "a", "c"], ["a"]]
+    await batcher.aclose()
