@@ -77,7 +77,7 @@ class RowComputation:
                 if type(key) is not PrefixRequest or id(value) in handed:
                     copies.append(i)  # a cached row, or one already handed out
                 handed.add(id(value))
-            for i, row in zip(copies, private_rows([out[i] for i in copies]), strict=True):
+            for i, row in zip(copies, _private_or_failures([out[i] for i in copies]), strict=True):
                 out[i] = row
         return out
 
@@ -275,6 +275,20 @@ def private_rows(rows: list[torch.Tensor]) -> list[torch.Tensor]:
     copies = [torch.empty_like(row) for row in rows]
     torch._foreach_copy_(copies, rows)
     return copies
+
+
+def _private_or_failures(rows: list[torch.Tensor]) -> list[Any]:
+    """:func:`private_rows`; where a copy fails (memory pressure), that row's failure alone."""
+    try:
+        return private_rows(rows)
+    except Exception:  # noqa: BLE001 - retried one by one: only the failing row fails
+        out: list[Any] = []
+        for row in rows:
+            try:
+                out.append(private(row))
+            except Exception as exc:  # noqa: BLE001 - handed to that request's callers
+                out.append(RequestFailure(exc))
+        return out
 
 
 def raise_failures(results: list[Any]) -> list[Any]:

@@ -134,3 +134,25 @@ async def test_second_cleanup_returns_only_once_the_first_is_done(slow_lm):
     await slow_lm.cleanup_async()
     assert call.done(), "the second cleanup returned while a batch still computed"
     await first
+
+
+async def test_a_row_that_cannot_be_copied_fails_its_request_alone(monkeypatch):
+    from genlm_core.lm import _rows
+
+    lm = MockAsyncLM(ByteTokenizer(), cache_size=0)
+    copied = _rows.private
+    doomed = lm.next_token_logprobs_sync([1, 3])
+
+    def private(row):  # copying the row of [1, 3] meets memory pressure
+        if torch.equal(row, doomed):
+            raise MemoryError("no memory left for a copy")
+        return copied(row)
+
+    monkeypatch.setattr(_rows, "private", private)
+    first, second = await asyncio.gather(
+        lm.next_token_logprobs([1, 2]), lm.next_token_logprobs([1, 3]), return_exceptions=True
+    )
+    assert lm.batches[1:] == [2]  # one batch: the other request gets its row
+    assert isinstance(first, torch.Tensor)
+    assert isinstance(second, MemoryError)
+    lm.cleanup()
