@@ -313,7 +313,9 @@ class AutoBatcher(Generic[K, R]):
                     await self._hold(loop)
                     self._start(loop, generation)
                 else:
-                    await self._sleep(loop)  # until the first request
+                    # Idle: end, so that nothing of ours holds the loop (a closed loop and
+                    # its batcher can then be freed); the next request starts a worker.
+                    return
         except asyncio.CancelledError:
             if generation == self._generation:
                 self._fail_all(
@@ -331,7 +333,8 @@ class AutoBatcher(Generic[K, R]):
             if generation == self._generation:
                 self._reset_worker()
                 self._loop = None  # keep only the weak reference: the loop may be freed
-                self._stop_lane()
+                if self._closed:
+                    self._stop_lane()
 
     async def _sleep(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait for _wake: a first request, a full batch, a finished batch, or close."""

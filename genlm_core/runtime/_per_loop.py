@@ -11,6 +11,7 @@ libraries set up in that thread is kept between runs (a new thread per loop meas
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,19 +49,31 @@ class LoopBatchers:
             weakref.WeakKeyDictionary()
         )
         self._worker: WorkerThread | None = None
+        # Loops of several threads may ask at once: one worker thread, one batcher a loop.
+        self._lock = threading.Lock()
 
     def get(self) -> AutoBatcher:
-        """The running event loop's batcher, created (with the worker thread) on first use."""
+        """The running event loop's batcher, created (with the worker thread) on first use.
+
+        Safe from several threads. The map holds each batcher by its loop weakly, and
+        an idle batcher holds its loop weakly too: a closed loop, and its batcher, are
+        freed once the program drops them.
+        """
         loop = asyncio.get_running_loop()
         batcher = self._batchers.get(loop)
-        if batcher is None or batcher.closed:
-            worker = self._worker
-            if worker is None or worker.closed:
-                worker = self._worker = WorkerThread(f"{self._name}.worker", self._initializer)
-            batcher = self._batchers[loop] = AutoBatcher(
-                self._batch_fn, name=self._name, worker_thread=worker, **self._options
-            )
-        return batcher
+        if batcher is not None and not batcher.closed:
+            return batcher
+        with self._lock:
+            batcher = self._batchers.get(loop)
+            if batcher is None or batcher.closed:
+                worker = self._worker
+                if worker is None or worker.closed:
+                    worker = WorkerThread(f"{self._name}.worker", self._initializer)
+                    self._worker = worker
+                batcher = self._batchers[loop] = AutoBatcher(
+                    self._batch_fn, name=self._name, worker_thread=worker, **self._options
+                )
+            return batcher
 
     async def aclose(self, *, drain: bool = False) -> None:
         """Close every batcher, waiting for the running loop's (see :meth:`AutoBatcher.aclose`)."""
@@ -73,9 +86,11 @@ class LoopBatchers:
 
     def close(self) -> None:
         """Close every batcher without waiting; stop the worker after the batches it has."""
-        batchers = list(self._batchers.values())
-        self._batchers.clear()
+        with self._lock:
+            batchers = list(self._batchers.values())
+            self._batchers.clear()
+            worker = self._worker
+            if worker is not None:
+                worker.shutdown()  # after the batches already handed to it
         for batcher in batchers:
             batcher.close()
-        if self._worker is not None:
-            self._worker.shutdown()  # after the batches already handed to it

@@ -473,7 +473,8 @@ def shut_down(loop: asyncio.AbstractEventLoop) -> None:
     tasks = asyncio.all_tasks(loop)
     for task in tasks:
         task.cancel()
-    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    if tasks:  # an idle batcher has no task left on the loop
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
     loop.close()
 
 

@@ -7,14 +7,17 @@ longest gap between its ticks) while a slow computation, or a slow adapter load,
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
 import torch
 
 from genlm_core.errors import ModelClosedError
+from genlm_core.runtime import LoopBatchers
 from genlm_core.testing import ByteTokenizer, MockAsyncLM
 
 STALL_BOUND = 0.1  # seconds: the issue's bound on the longest event-loop stall
@@ -60,13 +63,17 @@ class SlowLM(MockAsyncLM):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.computing = threading.Event()
+        self.computed = threading.Event()
         self.slow_compute = False
 
     def compute_batch(self, requests: Any) -> Any:
         self.computing.set()
         if self.slow_compute:
             time.sleep(SLOW)
-        return super().compute_batch(requests)
+        try:
+            return super().compute_batch(requests)
+        finally:
+            self.computed.set()
 
     def load_adapter(self, adapter: Any) -> Any:
         time.sleep(SLOW)
@@ -132,8 +139,9 @@ async def test_second_cleanup_returns_only_once_the_first_is_done(slow_lm):
     first = asyncio.ensure_future(slow_lm.cleanup_async())
     await asyncio.sleep(0.05)  # the first cleanup waits for the batch in flight
     await slow_lm.cleanup_async()
-    assert call.done(), "the second cleanup returned while a batch still computed"
+    assert slow_lm.computed.is_set(), "the second cleanup returned while a batch computed"
     await first
+    assert isinstance(await call, torch.Tensor)
 
 
 async def test_a_row_that_cannot_be_copied_fails_its_request_alone(monkeypatch):
@@ -156,3 +164,63 @@ async def test_a_row_that_cannot_be_copied_fails_its_request_alone(monkeypatch):
     assert isinstance(first, torch.Tensor)
     assert isinstance(second, MemoryError)
     lm.cleanup()
+
+
+def test_closed_event_loops_and_their_batchers_are_released():
+    """Notebook style: a new loop per call, closed after it; none stays alive."""
+    lm = MockAsyncLM(ByteTokenizer())
+
+    async def call(i):
+        await lm.next_token_logprobs([1, i + 1])
+        return weakref.ref(lm._batcher())
+
+    loops, batchers, tasks = [], [], []
+    for i in range(20):
+        loop = asyncio.new_event_loop()
+        batchers.append(loop.run_until_complete(call(i)))
+        tasks += [weakref.ref(task) for task in asyncio.all_tasks(loop)]
+        loops.append(weakref.ref(loop))
+        loop.close()
+    del loop
+    gc.collect()
+    kept = sum(ref() is not None for ref in loops)
+    assert kept == 0, f"{kept} of 20 closed event loops kept alive"
+    assert sum(ref() is not None for ref in batchers) == 0
+    assert sum(ref() is not None for ref in tasks) == 0
+    assert lm.next_token_logprobs_sync([1, 2]).shape == (len(lm.byte_vocab),)
+    lm.cleanup()
+
+
+def test_loops_of_two_threads_share_one_worker_thread(monkeypatch):
+    from genlm_core.runtime import _per_loop
+
+    made = []
+    real = _per_loop.WorkerThread
+
+    def slow_worker(*args, **kwargs):  # widens the window in which both see no worker
+        time.sleep(0.05)
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(_per_loop, "WorkerThread", slow_worker)
+    batchers = LoopBatchers(lambda keys: keys, name="shared")
+    barrier = threading.Barrier(2)
+    got = []
+
+    def use():
+        async def main():
+            barrier.wait()
+            batcher = batchers.get()
+            return batcher, await batcher.submit(1)
+
+        got.append(asyncio.run(main()))
+
+    threads = [threading.Thread(target=use) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    batchers.close()
+    assert [result for _, result in got] == [1, 1]
+    assert len(made) == 1, f"{len(made)} worker threads started for one LoopBatchers"
+    assert got[0][0]._shared_lane is got[1][0]._shared_lane
