@@ -92,12 +92,20 @@ class ComputeGate:
         me = threading.get_ident()
         with self._cond:
             if self._owner != me:
+                # From inside a computation: that computation waits here, so it does not
+                # count as running meanwhile. Else two computations of a thread-safe
+                # backend asking for exclusive access would each wait for the other.
+                suspended = self._computing.pop(me, 0)
+                if suspended:
+                    self._cond.notify_all()
                 self._waiting_exclusive += 1
                 try:
-                    while self._owner is not None or any(t != me for t in self._computing):
+                    while self._owner is not None or self._computing:
                         self._cond.wait()
                 finally:
                     self._waiting_exclusive -= 1
+                    if suspended:
+                        self._computing[me] = suspended
                 self._owner = me
             self._owner_depth += 1
         try:
