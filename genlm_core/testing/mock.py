@@ -44,12 +44,20 @@ class MockAsyncLM(GenlmBackendCompat, BatchedAsyncLM):
         temperature: Scale of the pseudo-random logits; lower is peakier.
         **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`
             (``batch_size``, ``max_wait``, ``cache_size``, ``vocab_size``, ...).
+
+    Attributes:
+        batches: The size of each computed batch, oldest first, for tests and demos:
+            the last :attr:`recorded_batches` only, so a long-running program using the
+            mock keeps a bounded list.
     """
+
+    #: Most batch sizes :attr:`batches` keeps (the oldest are dropped).
+    recorded_batches: int = 1024
 
     def __init__(self, tokenizer: Any, *, temperature: float = 0.5, **kwargs: Any) -> None:
         super().__init__(tokenizer, **kwargs)
         self.temperature = temperature
-        self.batches: list[int] = []  # size of each computed batch, for tests and demos
+        self.batches: list[int] = []  # the last recorded_batches batch sizes
 
     @classmethod
     def from_name(cls, model_name: str, **opts: Any) -> MockAsyncLM:
@@ -66,7 +74,10 @@ class MockAsyncLM(GenlmBackendCompat, BatchedAsyncLM):
 
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
         """Pseudo-random normalised log-probs, one row per request."""
-        self.batches.append(len(requests))
+        batches = self.batches
+        batches.append(len(requests))
+        if len(batches) > self.recorded_batches:
+            del batches[: len(batches) - self.recorded_batches]
         n = len(self.byte_vocab)
         rows = np.empty((len(requests), n), dtype=np.float32)
         for i, req in enumerate(requests):

@@ -333,3 +333,12 @@ async def test_bad_prompt_of_a_batch_is_named_by_its_position(lm, bad):
 def test_a_batch_must_be_a_list_of_prompts(lm):
     with pytest.raises(InvalidTokenIdsError, match="token_ids_list must be a list of prompts"):
         lm.batch_next_token_logprobs_sync("hello")
+
+
+def test_mock_keeps_the_sizes_of_its_last_batches_only(tokenizer):
+    lm = MockAsyncLM(tokenizer, cache_size=0)
+    lm.recorded_batches = 4
+    for n in range(1, 11):
+        lm.batch_next_token_logprobs_sync([[1, k] for k in range(n)])
+    assert lm.batches == [7, 8, 9, 10]  # a list, bounded: the oldest sizes are dropped
+    lm.cleanup()
