@@ -5,13 +5,17 @@ log-probability tensor per key. The batcher's worker thread writes while the eve
 loop reads, so every operation takes a lock.
 
 Sizes count ``nbytes`` of tensors and arrays (anything with an integer ``nbytes``),
-summed through tuples, lists and dict values; other objects count 0. A tensor that
-is a *view* (a row of a batch) reports its own bytes but keeps the whole batch's
-storage alive: store ``row.clone()`` when the byte budget matters.
+summed through tuples, lists and dict values; other objects count 0. Each entry's
+key counts too (:func:`key_nbytes`): a long context over a small vocabulary weighs
+more in its token ids than in its row (20k tokens are 160 KB, a 4-token row 16 B), and
+a budget that ignored them would let memory grow with the contexts. A tensor that is
+a *view* (a row of a batch) reports its own bytes but keeps the whole batch's storage
+alive: store ``row.clone()`` when the byte budget matters.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -19,7 +23,7 @@ from typing import Any
 
 from genlm_core._validation import is_int_at_least
 
-__all__ = ["OutputCache", "nbytes_of"]
+__all__ = ["OutputCache", "key_nbytes", "nbytes_of"]
 
 _MISSING = object()
 
@@ -36,6 +40,27 @@ def nbytes_of(value: Any) -> int:
     return 0
 
 
+#: A tuple key this long or shorter is a record (a request: token ids, adapter, ...)
+#: whose fields are counted; a longer one is a flat sequence, counted as one tuple.
+_RECORD_FIELDS = 8
+
+
+def key_nbytes(key: Any) -> int:
+    """Bytes a cache key holds: itself and, for a record, its tuple and string fields.
+
+    A :class:`~genlm_core.lm.Request` counts its token-id tuple (8 bytes a token plus
+    the tuple's header). The int objects are not counted: small ones are shared by
+    Python, and a prompt's ids are shared with the keys of its prefixes. Constant
+    time in the context's length.
+    """
+    size = sys.getsizeof(key)
+    if isinstance(key, tuple) and len(key) <= _RECORD_FIELDS:
+        for field in key:
+            if isinstance(field, tuple | str | bytes):
+                size += sys.getsizeof(field)
+    return size
+
+
 def _check_limit(name: str, value: int | None) -> None:
     if value is not None and not is_int_at_least(value, 0):
         raise ValueError(f"{name} must be None or an integer >= 0, got {value!r}")
@@ -47,8 +72,8 @@ class OutputCache:
     Args:
         max_entries: Most entries kept (None: no entry limit; 0 stores nothing).
             Positional, so genlm-backend's ``OutputCache(maxsize)`` keeps working.
-        max_bytes: Most bytes of tensors/arrays kept (None: no byte limit). A single
-            value bigger than this is not stored.
+        max_bytes: Most bytes of tensors/arrays and keys kept (None: no byte limit).
+            A single entry bigger than this is not stored.
         maxsize: genlm-backend's name for ``max_entries``.
         move_to_cpu: Store tensors on the CPU and move them back to their original
             device when read (genlm-backend's option, to spare GPU memory).
@@ -102,7 +127,7 @@ class OutputCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the tensors/arrays currently stored."""
+        """Bytes of the tensors/arrays and keys currently stored."""
         return self._nbytes
 
     def get(self, key: Hashable, default: Any = None) -> Any:
@@ -127,7 +152,7 @@ class OutputCache:
         device = None
         if self.move_to_cpu and hasattr(value, "device") and hasattr(value, "cpu"):
             device, value = value.device, value.cpu()
-        size = nbytes_of(value)
+        size = nbytes_of(value) + key_nbytes(key)
         with self._lock:
             old = self._remove(key)
             if (self.max_bytes is not None and size > self.max_bytes) or self.max_entries == 0:

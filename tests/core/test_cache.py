@@ -14,10 +14,19 @@ from hypothesis import strategies as st
 
 from genlm_core.cache import OutputCache
 from genlm_core.runtime import nbytes_of
+from genlm_core.runtime._cache import key_nbytes
 
 
 def arr(n_floats: int, fill: float = 0.0) -> np.ndarray:
     return np.full(n_floats, fill, dtype=np.float32)  # 4 bytes each
+
+
+def entry(key: Any, n_floats: int) -> int:
+    """Bytes an entry of ``arr(n_floats)`` under ``key`` counts: its value and its key."""
+    return 4 * n_floats + key_nbytes(key)
+
+
+K = key_nbytes("a")  # a one-letter key
 
 
 # -- entries -------------------------------------------------------------------------------
@@ -84,7 +93,7 @@ def test_pop_delitem_remove_if_and_clear() -> None:
         cache[((i,), "lora" if i % 2 else None)] = arr(1)
     assert cache.remove_if(lambda key: key[1] == "lora") == 2
     assert cache.keys() == [((0,), None), ((2,), None)]
-    assert cache.nbytes == 8
+    assert cache.nbytes == entry(((0,), None), 1) + entry(((2,), None), 1)
     assert cache.pop(((0,), None)).nbytes == 4
     assert cache.pop("missing", "d") == "d"
     del cache[((2,), None)]
@@ -100,38 +109,39 @@ def test_pop_delitem_remove_if_and_clear() -> None:
 
 
 def test_byte_budget_evicts_lru_until_it_fits() -> None:
-    cache = OutputCache(max_entries=100, max_bytes=40)
-    cache["a"] = arr(4)  # 16 bytes
+    cache = OutputCache(max_entries=100, max_bytes=40 + 3 * K)  # values, plus 3 keys
+    cache["a"] = arr(4)  # 16 bytes (+ its key)
     cache["b"] = arr(4)  # 32
     cache.get("a")  # "b" becomes least recent
     cache["c"] = arr(2)  # 40: fits exactly
-    assert cache.nbytes == 40 and len(cache) == 3
+    assert cache.nbytes == 40 + 3 * K and len(cache) == 3
     cache["d"] = arr(5)  # 60 -> evict "b" (16): 44 -> evict "a" (16): 28
     assert cache.keys() == ["c", "d"]
-    assert cache.nbytes == 28
+    assert cache.nbytes == 28 + 2 * K
 
 
 def test_value_bigger_than_the_budget_is_not_stored_and_drops_the_stale_one() -> None:
-    cache = OutputCache(max_bytes=16)
+    budget = entry("small", 2) + entry("k", 1)
+    cache = OutputCache(max_bytes=budget)
     cache["small"] = arr(2)
     cache["k"] = arr(1)
-    cache["k"] = arr(5)  # 20 bytes > 16
+    cache["k"] = arr(budget // 4)  # more than the whole budget
     assert "k" not in cache
-    assert cache.keys() == ["small"] and cache.nbytes == 8
+    assert cache.keys() == ["small"] and cache.nbytes == entry("small", 2)
 
 
 def test_replacing_a_value_updates_the_byte_count() -> None:
     cache = OutputCache(max_bytes=1000)
     cache["k"] = arr(10)
     cache["k"] = arr(3)
-    assert cache.nbytes == 12
+    assert cache.nbytes == entry("k", 3)
 
 
 def test_torch_tensors_are_counted_by_nbytes() -> None:
     cache = OutputCache(max_bytes=1024)
     cache["t"] = torch.zeros(16, dtype=torch.float32)
     cache["pair"] = (torch.zeros(8, dtype=torch.float64), [np.zeros(2, dtype=np.int64)])
-    assert cache.nbytes == 64 + 64 + 16
+    assert cache.nbytes == 64 + 64 + 16 + key_nbytes("t") + key_nbytes("pair")
 
 
 def test_nbytes_of_counts_containers_and_ignores_plain_objects() -> None:
@@ -183,7 +193,9 @@ ops = st.lists(
 )
 
 
-@given(ops=ops, max_entries=st.none() | st.integers(0, 4), max_bytes=st.none() | st.integers(0, 40))
+@given(
+    ops=ops, max_entries=st.none() | st.integers(0, 4), max_bytes=st.none() | st.integers(0, 160)
+)
 def test_matches_a_reference_lru(
     ops: list[tuple[str, int, int]], max_entries: int | None, max_bytes: int | None
 ) -> None:
@@ -193,10 +205,10 @@ def test_matches_a_reference_lru(
         if op == "set":
             model.pop(key, None)
             value = arr(size)
-            if (max_bytes is None or value.nbytes <= max_bytes) and max_entries != 0:
+            if (max_bytes is None or entry(key, size) <= max_bytes) and max_entries != 0:
                 model[key] = value
                 while (max_entries is not None and len(model) > max_entries) or (
-                    max_bytes is not None and sum(v.nbytes for v in model.values()) > max_bytes
+                    max_bytes is not None and weight(model) > max_bytes
                 ):
                     model.popitem(last=False)
             cache[key] = value
@@ -208,7 +220,11 @@ def test_matches_a_reference_lru(
         else:
             assert cache.pop(key) is model.pop(key, None)
         assert cache.keys() == list(model)
-        assert cache.nbytes == sum(v.nbytes for v in model.values())
+        assert cache.nbytes == weight(model)
+
+
+def weight(entries: dict[Any, np.ndarray]) -> int:
+    return sum(v.nbytes + key_nbytes(k) for k, v in entries.items())
 
 
 def test_concurrent_writers_and_readers_keep_the_invariants() -> None:
@@ -243,7 +259,7 @@ def test_concurrent_writers_and_readers_keep_the_invariants() -> None:
     assert errors == []
     assert len(cache) <= 50
     assert cache.nbytes <= 50 * 40
-    assert cache.nbytes == sum(cache.get(k).nbytes for k in cache.keys())
+    assert cache.nbytes == sum(cache.get(k).nbytes + key_nbytes(k) for k in cache.keys())
     assert cache.hits + cache.misses == 2 * 6000 + len(cache)
 
 
@@ -254,7 +270,7 @@ def test_dropped_values_die_after_the_size_is_updated() -> None:
     class Value:
         nbytes = 10
 
-    cache = OutputCache(max_bytes=25)
+    cache = OutputCache(max_bytes=2 * (10 + K) + 5)  # two entries: values and keys
     seen: list[int] = []
 
     def put(key: str) -> None:
@@ -265,8 +281,21 @@ def test_dropped_values_die_after_the_size_is_updated() -> None:
     put("a")
     put("b")
     put("c")  # evicts "a"
-    assert seen == [20]
+    assert seen == [2 * (10 + K)]
     cache.remove_if(lambda key: key == "b")
-    assert seen == [20, 10]
+    assert seen == [2 * (10 + K), 10 + K]
     cache.clear()
-    assert seen == [20, 10, 0]
+    assert seen == [2 * (10 + K), 10 + K, 0]
+
+
+def test_the_byte_budget_counts_the_token_ids_of_the_keys() -> None:
+    """Long contexts over a tiny vocabulary: the keys, not the rows, hold the memory."""
+    from genlm_core.lm import Request
+
+    budget = 1 << 20
+    cache = OutputCache(max_bytes=budget)
+    for i in range(200):
+        cache[Request(tuple(range(i, i + 20_000)), None, 0)] = torch.zeros(4)  # 16-byte rows
+    held = len(cache) * (8 * 20_000 + 16)  # token ids (8 bytes a pointer) and rows
+    assert held <= budget, f"{len(cache)} entries hold {held} bytes, over the {budget} budget"
+    assert held <= cache.nbytes <= budget

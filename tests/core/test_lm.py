@@ -342,3 +342,16 @@ def test_mock_keeps_the_sizes_of_its_last_batches_only(tokenizer):
         lm.batch_next_token_logprobs_sync([[1, k] for k in range(n)])
     assert lm.batches == [7, 8, 9, 10]  # a list, bounded: the oldest sizes are dropped
     lm.cleanup()
+
+
+def test_output_cache_budget_counts_long_contexts(tokenizer):
+    """Long prompts over a small vocabulary: the cache's keys count against cache_bytes."""
+    budget = 1 << 20
+    lm = MockAsyncLM(tokenizer, cache_bytes=budget)
+    for i in range(40):
+        lm.next_token_logprobs_sync([1 + i] * 20_000)
+    info = lm.output_cache_info()
+    held = info["entries"] * (8 * 20_000 + 4 * len(lm.byte_vocab))  # ids and rows
+    assert held <= budget, f"{info['entries']} cached prompts hold {held} bytes > {budget}"
+    assert held <= info["bytes"] <= budget
+    lm.cleanup()
