@@ -1,7 +1,8 @@
 """AutoBatcher: coalesce concurrent async requests into batched calls of a sync function.
 
-Callers ``await batcher.submit(key)``; one worker task per batcher gathers the
-pending keys into a batch, runs ``batch_fn(unique_keys)`` in a worker thread (so the
+Callers ``await batcher.submit(key)``; one worker task per batcher (while it has
+work: an idle batcher keeps no task, and its loop only weakly) gathers the pending
+keys into a batch, runs ``batch_fn(unique_keys)`` in a worker thread (so the
 event loop keeps running the callers' own CPU work meanwhile) and resolves every
 caller's future in one loop callback. When to dispatch:
 

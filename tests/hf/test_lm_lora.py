@@ -229,3 +229,31 @@ class TestAdapterConformance(LoraConformance):
     @pytest.fixture
     def lora_adapters(self, adapter_dirs):
         return adapter_dirs[1]
+
+
+async def test_async_adapter_swap_keeps_the_event_loop_running(setup):
+    """add_new_lora_async / remove_lora_async load and unload off the loop (stall < 100 ms)."""
+    import time
+
+    lm, loaded, _, adapters = setup
+    longest, last = 0.0, time.perf_counter()
+
+    async def heartbeat():
+        nonlocal longest, last
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            longest, last = max(longest, now - last), now
+
+    beat = asyncio.ensure_future(heartbeat())
+    await asyncio.sleep(0)
+    await lm.add_new_lora_async(adapters["a"], "a")
+    await lm.add_new_lora_async(adapters["b"], "a")  # replaces it
+    tuned = await lm.next_token_logprobs(PROMPTS[0], lora_name="a")
+    await lm.remove_lora_async("a")
+    longest = max(longest, time.perf_counter() - last)
+    beat.cancel()
+    assert longest < 0.1, f"the event loop stalled {longest:.3f} s"
+    expected = merged_logprobs(loaded.path, adapters["b"], [PROMPTS[0]])[0]
+    torch.testing.assert_close(tuned, expected, atol=ATOL, rtol=0)
+    assert lm.lora_names == []
