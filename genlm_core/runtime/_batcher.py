@@ -34,7 +34,13 @@ from typing import Any, Generic, TypeVar
 
 from genlm_core._validation import is_int_at_least, is_seconds
 from genlm_core.errors import BatcherClosedError, BatcherLoopError, BatchSizeMismatchError
-from genlm_core.runtime._outcomes import BatcherStats, RequestFailure, failure_of, resolve
+from genlm_core.runtime._outcomes import (
+    BatcherStats,
+    RequestFailure,
+    fail_waiting,
+    failure_of,
+    resolve,
+)
 from genlm_core.runtime._worker import WorkerThread
 
 __all__ = ["AutoBatcher", "BatcherStats", "RequestFailure"]
@@ -449,19 +455,13 @@ class AutoBatcher(Generic[K, R]):
                 error = exc if exc is not None else failure_of(value)
                 resolve(futs, value, error, self._copy_result)
         except BaseException as failure:  # e.g. KeyboardInterrupt: still answer everyone
-            for futs in waiters:
-                for fut in futs:
-                    if not fut.done():
-                        fut.set_exception(failure)
+            fail_waiting(waiters, failure)
             raise
 
     def _fail_all(self, exc: BaseException) -> None:
         """Fail every pending and in-flight future (loop thread)."""
         slots, self._slots, self._queue = self._slots, {}, []
-        for futs in slots.values():
-            for fut in futs:
-                if not fut.done():
-                    fut.set_exception(exc)
+        fail_waiting(slots.values(), exc)
 
     def _reset_worker(self) -> None:
         self._generation += 1
@@ -480,11 +480,7 @@ class AutoBatcher(Generic[K, R]):
             _wake(self._wakeup)
             return
         queue, self._queue = self._queue, []
-        exc = self._closed_error()
-        for key in queue:
-            for fut in self._slots.pop(key, ()):
-                if not fut.done():
-                    fut.set_exception(exc)
+        fail_waiting([self._slots.pop(key, ()) for key in queue], self._closed_error())
         _wake(self._wakeup)
 
     def _abandon(self) -> None:

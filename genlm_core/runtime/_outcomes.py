@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["BatcherStats", "RequestFailure", "failure_of", "resolve"]
+__all__ = ["BatcherStats", "RequestFailure", "fail_waiting", "failure_of", "resolve"]
 
 
 class RequestFailure:
@@ -75,3 +75,11 @@ def resolve(
                 fut.set_exception(exc)
             else:
                 fut.set_result(mine)
+
+
+def fail_waiting(waiters: Iterable[list[Any]], error: BaseException) -> None:
+    """Fail every future still waiting in ``waiters`` (lists of one key's futures)."""
+    for futures in waiters:
+        for fut in futures:
+            if not fut.done():
+                fut.set_exception(error)
