@@ -52,8 +52,9 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             request (default 0: dispatch as soon as the event loop has no more runnable
             callers).
         cache_size: Most cached outputs (0 disables the cache).
-        cache_bytes: Byte budget of the cached outputs (default
-            :data:`DEFAULT_CACHE_BYTES`); None bounds them by ``cache_size`` alone.
+        cache_bytes: Byte budget of the cached outputs, rows and their keys' token ids
+            (default :data:`DEFAULT_CACHE_BYTES`); None bounds them by ``cache_size``
+            alone.
         timeout: genlm-backend's name for ``max_wait`` (accepted for migration; give
             one of the two).
         trim_heap: Return freed heap memory to the OS after batches (see
