@@ -7,11 +7,12 @@ what used to be hard limits of :class:`CanonicalFilter`:
   ``x`` according to the ``y...z`` token after it) used to raise a bare
   ``OverflowError`` from ``mask`` during generation;
 * a pre-token that must be followed more than three tokens ahead (``ignore_merges``
-  with every ``a``/``b`` string of up to five letters an entry the merges never build)
-  was silently rejected.
+  with every ``a``/``b`` string of up to five letters an entry the merges never build,
+  or every run of up to 100 ``a``) was silently rejected.
 
 Both now agree with the tokenizer's own encoder; a tokenizer whose bound is too large
-for the search raises ``CanonicalityUnsupportedError`` naming it when the filter is built.
+for the search (runs of up to 200 ``a``) raises ``CanonicalityUnsupportedError`` naming
+it and the limit when the filter is built.
 """
 
 from __future__ import annotations
@@ -199,6 +200,7 @@ def test_a_pre_token_followed_a_hundred_tokens_ahead_is_canonical():
     pending = tok.pending([a])
     assert tok.filter.valid_next(pending, a)
     assert tok.filter.mask(pending)[a]
+    assert not tok.filter.valid_next(pending, tok.encoder.token_to_id("aa"))  # a|aa: never
     assert tok.filter.complete(tok.pending([a] * 101))
     assert not tok.filter.complete(tok.pending([a] * 100))
 
