@@ -57,7 +57,9 @@ class CanonicalityUnsupportedError(UnsupportedTokenizerError):
     """``ExactByteState`` does not cover this tokenizer; ``ByteBeamState`` works with any.
 
     Raised for tokenizers that are not byte-level BPE (SentencePiece, Unigram, byte
-    fallback) or whose normalizer or pre-tokenizer canonicality cannot be read from.
+    fallback) or whose normalizer or pre-tokenizer canonicality cannot be read from,
+    and for those whose canonicality search the filter cannot bound (named with the
+    bound, when the filter is built: never during generation).
     """
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from genlm_core.bytes.canonical.bpe import BPEPairs
+from genlm_core.bytes.canonical.limits import straddle_depth
 from genlm_core.bytes.canonical.pending import EMPTY, Pending, missing_bytes
 from genlm_core.bytes.canonical.pretok import Pretokenizer
 from genlm_core.bytes.canonical.spec import read_spec
@@ -35,14 +36,13 @@ from genlm_core.bytes.canonical.tables import (
     PendingTable,
     Tables,
     TokenClassStrings,
+    any_bit,
     settled_offset,
 )
 from genlm_core.bytes.canonical.tokens import byte_ids_of, completions, split_utf8
 
-__all__ = ["EMPTY", "MAX_DEPTH", "CanonicalFilter", "Pending"]
+__all__ = ["EMPTY", "CanonicalFilter", "Pending"]
 
-#: How many tokens ahead a pre-token that must go on is followed (see docs/bytes.md).
-MAX_DEPTH = 3
 #: Entries kept in the per-context caches before they are emptied.
 CACHE_ENTRIES = 200_000
 
@@ -71,10 +71,13 @@ class CanonicalFilter:
         self.strings = TokenClassStrings()
         self._analyse_tokens()
         self.pretok.verify(self.spec.backend, self._verification_texts())
+        #: How many tokens ahead a pre-token that must go on is followed (exact: see
+        #: :mod:`.limits`).
+        self.max_depth = straddle_depth(self.spec, self.pairs, self.pretok, self.texts)
         self.tables = Tables(self.pretok, self.strings)
         self._settled: dict[tuple[int, ...], int] = {}
         self._groups: dict[tuple[tuple[int, ...], Any], tuple[bool, tuple[int, ...]]] = {}
-        self._next_cache: dict[tuple[tuple[int, ...], bytes, int], bool] = {}
+        self._next_cache: dict[tuple[tuple[int, ...], bytes], bool] = {}
 
     # -- vocabulary ------------------------------------------------------------------
 
@@ -267,51 +270,57 @@ class CanonicalFilter:
         return self._mask(pending, 0)
 
     def _mask(self, pending: Pending, depth: int) -> np.ndarray:
-        out = np.zeros(self.n, dtype=bool)
         if pending.partial:
+            out = np.zeros(self.n, dtype=bool)
             for d in self.lead_ids:
                 out[d] = self._valid(pending, d, depth)
             return out
-        table = self.table(pending)
-        bits = table.close_array()
-        tok_bits = bits[self.normal_cs]
-        ent_bits = bits[self._entry_cs] if len(self._entry_cs) else np.zeros(0, np.uint64)
-        good_joined = np.uint64(0)
-        opens = []
-        for k, structure in enumerate(table.structures):
-            ok, tail = self._group_ok(pending, structure)
-            if ok and structure[1]:
-                good_joined |= np.uint64(1 << k)
-            elif ok:
-                opens.append((np.uint64(1 << k), tail))
-        ids = self.normal_ids
-        valid = ((tok_bits & good_joined) != 0) & self.alone[ids]
-        ent_valid = ((ent_bits & good_joined) != 0) & self._entry_closed
-        bad = self.pairs.invalid_after(pending.ids[-1]) if pending.ids else None
-        good_open = np.uint64(0)
-        for bit, tail in opens:
-            good_open |= bit
-            tail_bytes = b"".join(self.byte_vocab[t] for t in tail)
-            hit, ent_hit = self._underivable(tail_bytes)
-            valid |= ((tok_bits & bit) != 0) & ~bad[ids] & ~hit[ids]
-            ent_valid |= ((ent_bits & bit) != 0) & ~bad[self._entry_token] & ~ent_hit
-        out[ids] = valid
-        if len(self._entry_token):
-            np.logical_or.at(out, self._entry_token, ent_valid)
-        # tokens whose pre-token must go on into a next token (no closing future fits)
-        straddle = table.straddle_array()[self.normal_cs]
-        maybe = ~valid & ((straddle & good_joined) != 0) & self.pairs.derivable[ids]
-        if bad is not None:
-            maybe |= ~valid & ((straddle & good_open) != 0) & ~bad[ids]
-        for d in ids[maybe].tolist():
+        out, maybe, table = self._closing(pending)
+        for d in maybe:
             if self._straddles(pending, table, d, depth):
                 out[d] = True
         return out
 
+    def _closing(self, pending: Pending) -> tuple[np.ndarray, list[int], PendingTable]:
+        """Tokens canonical with their pre-token ending; the tokens whose must go on."""
+        out = np.zeros(self.n, dtype=bool)
+        table = self.table(pending)
+        bits = table.close_array()
+        tok_bits = bits[:, self.normal_cs]
+        ent_bits = bits[:, self._entry_cs]
+        good_joined = 0  # bitsets over table.structures (any number of them)
+        opens = []
+        for k, structure in enumerate(table.structures):
+            ok, tail = self._group_ok(pending, structure)
+            if ok and structure[1]:
+                good_joined |= 1 << k
+            elif ok:
+                opens.append((1 << k, tail))
+        ids = self.normal_ids
+        valid = any_bit(tok_bits, good_joined) & self.alone[ids]
+        ent_valid = any_bit(ent_bits, good_joined) & self._entry_closed
+        bad = self.pairs.invalid_after(pending.ids[-1]) if pending.ids else None
+        good_open = 0
+        for bit, tail in opens:
+            good_open |= bit
+            tail_bytes = b"".join(self.byte_vocab[t] for t in tail)
+            hit, ent_hit = self._underivable(tail_bytes)
+            valid |= any_bit(tok_bits, bit) & ~bad[ids] & ~hit[ids]
+            ent_valid |= any_bit(ent_bits, bit) & ~bad[self._entry_token] & ~ent_hit
+        out[ids] = valid
+        if len(self._entry_token):
+            np.logical_or.at(out, self._entry_token, ent_valid)
+        # tokens whose pre-token must go on into a next token (no closing future fits)
+        straddle = table.straddle_array()[:, self.normal_cs]
+        maybe = ~valid & any_bit(straddle, good_joined) & self.pairs.derivable[ids]
+        if bad is not None:
+            maybe |= ~valid & any_bit(straddle, good_open) & ~bad[ids]
+        return out, ids[maybe].tolist(), table
+
     def _straddles(self, pending: Pending, table: PendingTable, token: int, depth: int) -> bool:
         """Canonical with ``token``'s pre-token continuing into a next token."""
-        if depth >= MAX_DEPTH:
-            return False
+        if depth >= self.max_depth:
+            return False  # deeper than any chain of forced contexts (see .limits)
         for k, _ in table.straddle(int(self.cs[token])):
             structure = table.structures[k]
             ok, tail = self._group_ok(pending, structure)
@@ -326,13 +335,25 @@ class CanonicalFilter:
         return False
 
     def _has_next(self, pending: Pending, depth: int) -> bool:
-        """Whether some token can follow (the context is a canonical prefix)."""
-        key = (pending.ids, pending.data, depth)  # depth-limited: the answer depends on it
+        """Whether some token can follow (the context is a canonical prefix).
+
+        Tokens that end their pre-token are tried first, at once; only a *forced*
+        context (none does) searches one token deeper, so the depth counts forced
+        contexts in a row, which :mod:`.limits` bounds: the answer does not depend on it.
+        """
+        key = (pending.ids, pending.data)
         hit = self._next_cache.get(key)
         if hit is None:
+            if pending.partial:
+                hit = any(self._valid(pending, d, depth) for d in self.lead_ids)
+            else:
+                out, maybe, table = self._closing(pending)
+                hit = bool(out.any()) or any(
+                    self._straddles(pending, table, d, depth) for d in maybe
+                )
             if len(self._next_cache) > CACHE_ENTRIES:
                 self._next_cache.clear()
-            hit = self._next_cache[key] = bool(self._mask(pending, depth).any())
+            self._next_cache[key] = hit
         return hit
 
     def _underivable(self, tail: bytes) -> tuple[np.ndarray, np.ndarray]:

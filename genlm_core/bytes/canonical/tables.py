@@ -22,7 +22,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PendingTable", "Structure", "TokenClassStrings", "Tables", "settled_offset"]
+__all__ = [
+    "PendingTable",
+    "Structure",
+    "Tables",
+    "TokenClassStrings",
+    "any_bit",
+    "bitset_words",
+    "settled_offset",
+]
 
 #: ``(cuts inside the pending text, as offsets from its end; boundary before the token)``.
 Structure = tuple[tuple[int, ...], bool]
@@ -139,8 +147,6 @@ class PendingTable:
         if k is None:
             k = self._ids[structure] = len(self.structures)
             self.structures.append(structure)
-            if k >= 64:
-                raise OverflowError(f"more than 64 pre-token structures after {self.prefix!r}")
         return k
 
     def _lone_classes(self) -> dict[int, tuple[tuple[int, ...], bool]]:
@@ -177,24 +183,21 @@ class PendingTable:
         return self._straddle[cs]
 
     def close_array(self) -> np.ndarray:
-        """:meth:`close` of every token class string, as a uint64 array."""
+        """:meth:`close` of every token class string, as :func:`bitset_words` rows."""
         n = len(self.strings)
-        if self._array is None or len(self._array) != n:
+        if self._array is None or self._array.shape[1] != n:
             for cs in range(n):
                 self.close(cs)
-            self._array = np.fromiter((self._close[cs] for cs in range(n)), np.uint64, count=n)
+            self._array = bitset_words([self._close[cs] for cs in range(n)], len(self.structures))
         return self._array
 
     def straddle_array(self) -> np.ndarray:
-        """Bitmask (over :attr:`structures`) of the straddling structures of every class string."""
+        """Bitsets (over :attr:`structures`) of the straddling structures of every class string."""
         n = len(self.strings)
-        if self._straddle_array is None or len(self._straddle_array) != n:
+        if self._straddle_array is None or self._straddle_array.shape[1] != n:
             self.close_array()
-            self._straddle_array = np.fromiter(
-                (sum(1 << k for k in {k for k, _ in self._straddle[cs]}) for cs in range(n)),
-                np.uint64,
-                count=n,
-            )
+            masks = [sum(1 << k for k in {k for k, _ in self._straddle[cs]}) for cs in range(n)]
+            self._straddle_array = bitset_words(masks, len(self.structures))
         return self._straddle_array
 
     def _compute(self, cs: int) -> None:
@@ -224,6 +227,34 @@ class PendingTable:
         self._close[cs] = close
         self._straddle[cs] = tuple(sorted(straddle))
         self._array = self._straddle_array = None
+
+
+def bitset_words(masks: list[int], size: int) -> np.ndarray:
+    """Bitsets of ``size`` bits (Python ints) as a ``(words, len(masks))`` uint64 array.
+
+    Word ``w`` holds bits ``64 w`` to ``64 w + 63``: a table may have any number of
+    structures (one word for the few that real pre-tokenizers give).
+    """
+    words = max(1, -(-size // 64))
+    out = np.empty((words, len(masks)), dtype=np.uint64)
+    for w in range(words):
+        out[w] = np.fromiter(
+            ((m >> (64 * w)) & _WORD for m in masks), dtype=np.uint64, count=len(masks)
+        )
+    return out
+
+
+def any_bit(words: np.ndarray, mask: int) -> np.ndarray:
+    """Per column of ``words`` (:func:`bitset_words`): whether it shares a bit with ``mask``."""
+    out = np.zeros(words.shape[1], dtype=bool)
+    for w in range(words.shape[0]):
+        part = (mask >> (64 * w)) & _WORD
+        if part:
+            out |= (words[w] & np.uint64(part)) != 0
+    return out
+
+
+_WORD = (1 << 64) - 1
 
 
 class Tables:
