@@ -11,10 +11,10 @@ naming the tokenizer and the part that is not covered.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from genlm_core.bytes.canonical.tokenizer_json import read_tokenizer_json
 from genlm_core.bytes.errors import CanonicalityUnsupportedError
 
 __all__ = ["GPT2_PATTERN", "TokenizerSpec", "backend_tokenizer", "read_spec"]
@@ -75,7 +75,7 @@ def read_spec(tokenizer: Any) -> TokenizerSpec:
     backend = backend_tokenizer(tokenizer)
     if backend is None:
         _unsupported(name, "it has no Hugging Face fast tokenizer (tokenizer.json) to read")
-    config = json.loads(backend.to_str())
+    config = read_tokenizer_json(tokenizer, backend)
     model = config.get("model") or {}
     if model.get("type") != "BPE":
         _unsupported(name, f"its model is {model.get('type')!r}, not byte-level BPE")
