@@ -16,8 +16,10 @@ trie, a weight); the interface is ``ByteBeamState``'s (``initial``, ``prefill``,
 * reading a byte may end a token in each candidate: the contexts that stay canonical
   are asked for in one batched call (about one forward per byte when generating);
   non-canonical ones are never asked for;
-* ``prefill`` lists every context it will need without the model
-  (:mod:`.exact_plan`) and asks for them in one prefix call and one batched call;
+* ``prefill`` lists the contexts it will need without the model
+  (:mod:`.exact_plan`) and asks for them window by window, one prefix call and one
+  batched call per window, keeping only the row entries it needs
+  (:mod:`.exact_prefill`: memory bounded by the window, not the text);
 * when a forward is needed anyway, the contexts along the bytes the heaviest
   candidate predicts are asked for in the same forward (``speculate=True``), so that
   the next bytes often need none.
@@ -33,9 +35,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from genlm_core.bytes.byte_lm import exact_prefill
 from genlm_core.bytes.byte_lm.beam import _check_byte, next_byte_logps
-from genlm_core.bytes.byte_lm.exact_plan import Node, Spellings, plan, reading, walk
+from genlm_core.bytes.byte_lm.exact_plan import Spellings, reading
+from genlm_core.bytes.byte_lm.exact_prefill import PlanNode, windowed_plan
 from genlm_core.bytes.byte_lm.exact_state import (
+    CanonicalTokenizedLM,
     ExactTrieState,
     initial_context,
     is_shared_trie,
@@ -215,7 +220,8 @@ class ExactByteState(StatefulByteLM):
         ``TrieMode.WITHOUT_EOS`` (the beam's ``prefill`` too reads a prompt's EOS byte
         strings as text); faster: the contexts it needs are listed first (without the
         model) and asked for in one prefix call along the longest chain and one
-        batched call.
+        batched call per window of the text, of whose rows only the entries the next
+        steps need are kept (see :mod:`.exact_prefill`).
         """
         data = _as_bytes(bs)
         if not data:
@@ -223,35 +229,47 @@ class ExactByteState(StatefulByteLM):
         self._check_nonempty()
         shared = self.shared
         readers = [s for s in self.states if not s.terminated]  # nothing follows EOS
-        origins = [(s.lm_state, bytes(s.partial)) for s in readers]
-        roots = plan(origins, data, shared.spell)
-        nodes = walk(roots)
-        rows = await _rows(shared.llm, roots, nodes)
-        for root, state in zip(roots, readers, strict=True):
-            root.logp = state.weight - float(state.mass[state.node])
-        for node in nodes:
-            node.logp = node.parent.logp + float(
-                rows[tuple(node.parent.lm_state.context)][node.token]
+        roots = []
+        for state in readers:
+            root = PlanNode(
+                list(state.lm_state.context),
+                (),
+                state.lm_state.pending,
+                -len(state.partial),
+                partial=bytes(state.partial),
             )
-        finals = []
-        for root, (_, partial) in zip(roots, origins, strict=True):
-            finals.append((root, partial + data))
-        longest = shared.spell.longest
-        finals += [(n, data[n.end :]) for n in nodes if len(data) - longest < n.end < len(data)]
-        states = await asyncio.gather(*(self._advanced(node, rest) for node, rest in finals))
+            root.logp = state.weight - float(state.mass[state.node])
+            roots.append(root)
+        ends = await windowed_plan(
+            roots,
+            data,
+            shared.spell,
+            shared.canon,
+            functools.partial(_rows, shared.llm),
+            window=exact_prefill.WINDOW_BYTES,
+        )
+        finals = [(self._context(root), root.logp, root.partial + data) for root in roots]
+        finals += [(self._context(n), n.logp, data[n.end :]) for n in ends]
+        states = await asyncio.gather(*(self._advanced(*final) for final in finals))
         kept = [s.with_mode(TrieMode.WITH_EOS) for s in states if s is not None]
         return ExactByteState(kept, shared)
 
-    async def _advanced(self, node: Node, rest: bytes) -> ExactTrieState | None:
-        """A fresh candidate in ``node``'s context that has read ``rest`` (or None)."""
+    def _context(self, node: PlanNode) -> CanonicalTokenizedLM:
+        return CanonicalTokenizedLM(self.shared.llm, node.context, self.shared.canon, node.pending)
+
+    async def _advanced(
+        self, lm_state: CanonicalTokenizedLM, logp: float, rest: bytes
+    ) -> ExactTrieState | None:
+        """A fresh candidate in ``lm_state`` (``logp``: its log-probability) past ``rest``.
+
+        None when no canonical token goes on with ``rest``.
+        """
         if not self.shared.spell.starts(rest):
             return None
-        if not math.isfinite(node.logp):
+        if not math.isfinite(logp):
             return None
         trie = self.shared.trie
-        state = ExactTrieState(
-            node.lm_state, trie, trie.trie.root, node.logp, mode=TrieMode.WITHOUT_EOS
-        )
+        state = ExactTrieState(lm_state, trie, trie.trie.root, logp, mode=TrieMode.WITHOUT_EOS)
         await state.materialize()
         current: ExactTrieState | None = state
         for b in rest:
@@ -315,43 +333,43 @@ async def _warm(llm: Any, context: list[int]) -> None:
         pass  # past the model's context window: the real call reports it
 
 
-async def _rows(llm: Any, roots: list[Node], nodes: list[Node]) -> dict[tuple[int, ...], Any]:
-    """The next-token log-probabilities of every context of the plan, in few forwards.
+async def _rows(llm: Any, chain: list[PlanNode], nodes: list[PlanNode]) -> dict[int, Any]:
+    """The next-token log-probabilities of the nodes' contexts, by ``id(node)``.
 
-    The longest chain goes through ``prefix_next_token_logprobs`` (one forward over it,
-    which also fills prefix caches); the other contexts are one batched call.
+    The chain goes through ``prefix_next_token_logprobs`` (one forward along it, which
+    also fills prefix caches); the other contexts are batched calls. Each call stays
+    within ``CALL_ROW_BYTES`` of rows and ``CALL_TOKEN_IDS`` token ids (a window of a
+    short text is one call of each).
     """
-    contexts: dict[tuple[int, ...], None] = {}
-    for node in [*roots, *nodes]:
-        contexts[tuple(node.lm_state.context)] = None
-    chain = _deepest(roots, nodes)
+    keys = {id(node): tuple(node.context) for node in nodes}
+    width = max(1, len(llm.byte_vocab)) * 4
     out: dict[tuple[int, ...], Any] = {}
     prefix = getattr(llm, "prefix_next_token_logprobs", None)
     if prefix is not None and len(chain) > 1:
-        sequence = list(chain[-1].lm_state.context)
-        start = len(chain[0].lm_state.context) - 1
-        rows = await prefix(sequence, start=start)
-        for i, row in enumerate(rows):
-            out[tuple(sequence[: start + i + 1])] = row
-    rest = [c for c in contexts if c not in out]
-    if rest:
-        for c, row in zip(
-            rest, await llm.batch_next_token_logprobs([list(c) for c in rest]), strict=True
-        ):
-            out[c] = row
-    return out
+        sequence = chain[-1].context
+        start = chain[0].n_tokens - 1
+        step = _rows_per_call(width, len(sequence))
+        for lo in range(start, len(sequence), step):
+            hi = min(len(sequence), lo + step)
+            rows = await prefix(sequence[:hi], start=lo)
+            for i, row in enumerate(rows):
+                out[tuple(sequence[: lo + i + 1])] = row
+            del rows
+    rest = list(dict.fromkeys(c for c in keys.values() if c not in out))
+    while rest:
+        step = _rows_per_call(width, max(len(c) for c in rest[:4096]))
+        batch, rest = rest[:step], rest[step:]
+        rows = await llm.batch_next_token_logprobs([list(c) for c in batch])
+        out.update(zip(batch, rows, strict=True))
+    return {k: out[c] for k, c in keys.items()}
 
 
-def _deepest(roots: list[Node], nodes: list[Node]) -> list[Node]:
-    """The longest chain of contexts (most tokens) from a root, root first."""
-    depth = {id(r): 1 for r in roots}
-    best = roots[0] if roots else None
-    for node in nodes:  # parents come first
-        depth[id(node)] = depth[id(node.parent)] + 1
-        if depth[id(node)] > depth[id(best)]:
-            best = node
-    chain = []
-    while best is not None:
-        chain.append(best)
-        best = best.parent
-    return chain[::-1]
+def _rows_per_call(row_bytes: int, n_tokens: int) -> int:
+    """Rows one call may ask for within the budgets (at least one)."""
+    return max(
+        1,
+        min(
+            exact_prefill.CALL_ROW_BYTES // row_bytes,
+            exact_prefill.CALL_TOKEN_IDS // max(1, n_tokens),
+        ),
+    )
