@@ -42,14 +42,15 @@ from genlm_core.bytes.byte_lm.exact_prefill import PlanNode, windowed_plan
 from genlm_core.bytes.byte_lm.exact_state import (
     CanonicalTokenizedLM,
     ExactTrieState,
-    initial_context,
     is_shared_trie,
-    shared_exact_trie,
-    shared_filter,
+    shared_exact_trie_async,
+    shared_filter_async,
 )
-from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes
+from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes, initial_token_ids
+from genlm_core.bytes.byte_lm.off_loop import locked
 from genlm_core.bytes.byte_lm.params import _byte_strings
 from genlm_core.bytes.byte_lm.trie_state import TrieMode
+from genlm_core.bytes.canonical import EMPTY
 from genlm_core.bytes.errors import EmptyBeamError
 from genlm_core.bytes.probs import LazyByteProbs, logsumexp
 from genlm_core.errors import InvalidTokenIdsError
@@ -98,9 +99,17 @@ class ExactByteState(StatefulByteLM):
 
     @classmethod
     async def initial(
-        cls, llm: Any, *, eos_byte_strings: Any = None, speculate: bool = True
+        cls,
+        llm: Any,
+        *,
+        eos_byte_strings: Any = None,
+        speculate: bool = True,
+        initial_context: Any = None,
     ) -> ExactByteState:
-        """The state before any byte: the model's start token.
+        """The state before any byte: after the model's start token, or ``initial_context``.
+
+        The filter, trie and tables a model needs are built once (shared by every state
+        over it, and by concurrent calls), in a worker thread: the event loop runs on.
 
         Args:
             llm: Any token-level AsyncLM whose tokenizer is byte-level BPE.
@@ -108,18 +117,27 @@ class ExactByteState(StatefulByteLM):
                 ``BeamParams``): their probability goes to ``EOS`` (257).
             speculate: Ask for the contexts of predicted bytes in forwards that are
                 needed anyway (saves forwards on backends that cache, e.g. genlm-hf).
+            initial_context: Token ids to start from (a prompt, a chat template)
+                instead of the start token (the tokenizer's BOS, else its EOS); the
+                bytes read after them are tokenized as a text of their own.
 
         Raises:
             CanonicalityUnsupportedError: The tokenizer is not byte-level BPE (or its
                 pre-tokenizer cannot be read); use ``ByteBeamState``.
             InvalidBeamParamsError: ``eos_byte_strings`` is not a collection of bytes.
+            InvalidTokenIdsError: ``initial_context`` is not a non-empty list of token ids.
+            MissingStartTokenError: No ``initial_context`` and the tokenizer has no BOS
+                or EOS token.
         """
         eos = _byte_strings(eos_byte_strings)
-        canon = shared_filter(llm)
-        trie = shared_exact_trie(llm, eos)
-        spell = _spellings(canon)
+        start = initial_token_ids(llm, initial_context)
+        canon, trie = await asyncio.gather(
+            shared_filter_async(llm), shared_exact_trie_async(llm, eos)
+        )
+        spell = getattr(canon, "_exact_spellings", None) or await locked(canon, _spellings, canon)
         shared = _Shared(llm, canon, trie, eos, bool(speculate), spell, OrderedDict())
-        state = ExactTrieState(initial_context(llm, canon), trie, trie.trie.root, 0.0)
+        context = CanonicalTokenizedLM(llm, start, canon, EMPTY)
+        state = ExactTrieState(context, trie, trie.trie.root, 0.0)
         await state.materialize()
         return cls([state] if state.weight > -math.inf else [], shared)
 
@@ -170,13 +188,22 @@ class ExactByteState(StatefulByteLM):
 
         The new contexts are asked for in one batched call, with the speculative ones.
         """
-        candidates = [e for s in self.states for e in s.extend_all() if e.weight > -math.inf]
+        canon = self.shared.canon
+        candidates = await locked(canon, self._extensions)  # new contexts: the filter's work
         todo = [e for e in candidates if not e.is_materialized]
         if todo:
-            ahead = self._speculation(candidates) if self.shared.speculate else []
+            ahead = []
+            if self.shared.speculate:
+                ahead = [
+                    _warm(self.shared.llm, list(c))
+                    for c in await locked(canon, self._speculation, candidates)
+                ]
             await asyncio.gather(*(e.materialize() for e in todo), *ahead)
             self.shared.remember([tuple(e.lm_state.context) for e in todo])
         return [e for e in candidates if e.weight > -math.inf]
+
+    def _extensions(self) -> list[ExactTrieState]:
+        return [e for s in self.states for e in s.extend_all() if e.weight > -math.inf]
 
     def _check_nonempty(self) -> None:
         if not self.states:
@@ -187,8 +214,8 @@ class ExactByteState(StatefulByteLM):
 
     # -- speculation -----------------------------------------------------------------
 
-    def _speculation(self, extensions: list[ExactTrieState]) -> list[Any]:
-        """Model calls for the contexts along the predicted next bytes (cache warming).
+    def _speculation(self, extensions: list[ExactTrieState]) -> list[tuple[int, ...]]:
+        """The contexts along the predicted next bytes, to ask for (cache warming).
 
         Only when some needed context is new (a forward happens anyway).
         """
@@ -209,7 +236,7 @@ class ExactByteState(StatefulByteLM):
             if len(contexts) >= SPECULATE_CONTEXTS:
                 break
         shared.remember(contexts)
-        return [_warm(shared.llm, list(c)) for c in contexts]
+        return contexts
 
     # -- prefill ---------------------------------------------------------------------
 
@@ -245,7 +272,8 @@ class ExactByteState(StatefulByteLM):
             data,
             shared.spell,
             shared.canon,
-            functools.partial(_rows, shared.llm),
+            functools.partial(_entries, shared.llm),
+            functools.partial(locked, shared.canon),
             window=exact_prefill.WINDOW_BYTES,
         )
         finals = [(self._context(root), root.logp, root.partial + data) for root in roots]
@@ -333,17 +361,26 @@ async def _warm(llm: Any, context: list[int]) -> None:
         pass  # past the model's context window: the real call reports it
 
 
-async def _rows(llm: Any, chain: list[PlanNode], nodes: list[PlanNode]) -> dict[int, Any]:
-    """The next-token log-probabilities of the nodes' contexts, by ``id(node)``.
+async def _entries(
+    llm: Any, chain: list[PlanNode], nodes: list[PlanNode]
+) -> dict[int, list[float]]:
+    """For each node (by ``id``), its children's tokens' log-probabilities after it.
 
     The chain goes through ``prefix_next_token_logprobs`` (one forward along it, which
     also fills prefix caches); the other contexts are batched calls. Each call stays
     within ``CALL_ROW_BYTES`` of rows and ``CALL_TOKEN_IDS`` token ids (a window of a
-    short text is one call of each).
+    short text is one call of each), and its rows are let go once read.
     """
-    keys = {id(node): tuple(node.context) for node in nodes}
+    by_context: dict[tuple[int, ...], list[PlanNode]] = {}
+    for node in nodes:
+        by_context.setdefault(tuple(node.context), []).append(node)
+    out: dict[int, list[float]] = {}
+
+    def read(context: tuple[int, ...], row: Any) -> None:
+        for node in by_context.pop(context, ()):
+            out[id(node)] = row[[c.token for c in node.children]].tolist()
+
     width = max(1, len(llm.byte_vocab)) * 4
-    out: dict[tuple[int, ...], Any] = {}
     prefix = getattr(llm, "prefix_next_token_logprobs", None)
     if prefix is not None and len(chain) > 1:
         sequence = chain[-1].context
@@ -353,15 +390,17 @@ async def _rows(llm: Any, chain: list[PlanNode], nodes: list[PlanNode]) -> dict[
             hi = min(len(sequence), lo + step)
             rows = await prefix(sequence[:hi], start=lo)
             for i, row in enumerate(rows):
-                out[tuple(sequence[: lo + i + 1])] = row
+                read(tuple(sequence[: lo + i + 1]), row)
             del rows
-    rest = list(dict.fromkeys(c for c in keys.values() if c not in out))
+    rest = list(by_context)
     while rest:
         step = _rows_per_call(width, max(len(c) for c in rest[:4096]))
         batch, rest = rest[:step], rest[step:]
         rows = await llm.batch_next_token_logprobs([list(c) for c in batch])
-        out.update(zip(batch, rows, strict=True))
-    return {k: out[c] for k, c in keys.items()}
+        for context, row in zip(batch, rows, strict=True):
+            read(context, row)
+        del rows
+    return out
 
 
 def _rows_per_call(row_bytes: int, n_tokens: int) -> int:

@@ -9,8 +9,8 @@ every row at once, holds a row per context (a 24 KB text over Llama-3's 128k tok
    drop those the next bytes rule out (never one the whole text would keep);
 2. their rows are asked for (one prefix call along the longest chain, batched calls
    for the rest, each call's rows and token ids within a budget), and from each row
-   only the entries of the next tokens of the plan are kept, as log-probabilities of
-   the contexts one token longer; the rows are then let go;
+   only the entries of the plan's next tokens are kept, as soon as its call returns;
+   they make the log-probabilities of the contexts one token longer;
 3. the contexts of earlier windows are dropped: a context is a shared list of token
    ids plus the few tokens after it.
 
@@ -107,6 +107,7 @@ async def windowed_plan(
     spell: Spellings,
     canon: Any,
     fetch: Any,
+    run: Any,
     window: int | None = None,
     lookahead: int | None = None,
 ) -> list[PlanNode]:
@@ -117,9 +118,12 @@ async def windowed_plan(
         text: The bytes to read.
         spell: The vocabulary by bytes.
         canon: The canonical filter.
-        fetch: ``async fetch(chain, others)``: the rows of the contexts of ``chain``
-            (a parent-to-child list, for one prefix call) and of ``others``, as a dict
-            from ``id(node)`` to row.
+        fetch: ``async fetch(chain, nodes)``: for each of ``nodes``, by ``id(node)``,
+            the log-probabilities of its children's tokens after its context (a list
+            of floats read off its row); ``chain`` (a parent-to-child list of them)
+            suits one prefix call.
+        run: ``await run(fn)`` calls ``fn()`` (the planning, which queries the filter)
+            off the event loop, holding the filter's lock.
         window: Bytes per window (default :data:`WINDOW_BYTES`).
         lookahead: Bytes read past a window (default :data:`LOOKAHEAD_BYTES`, at
             least the longest token).
@@ -130,25 +134,56 @@ async def windowed_plan(
     """
     window = WINDOW_BYTES if window is None else max(1, int(window))
     ahead = max(LOOKAHEAD_BYTES if lookahead is None else int(lookahead), spell.longest)
-    n = len(text)
-    by_end: dict[int, list[PlanNode]] = {}
-    for root in roots:
-        _grow(root, text, spell, canon, by_end, root.partial or b"")
-    grown_to = 0  # the nodes ending before this offset have their children
+    plan = _Windows(roots, text, spell, canon, window, ahead)
+    await run(plan.first)
     finals: list[PlanNode] = []
-    start = 0
     while True:
-        last = start + window >= n
-        stop = n + 1 if last else start + window  # this window: nodes ending in [start, stop)
-        target = min(n, stop + ahead)
-        for end in range(grown_to, target):
+        tops, nodes, chain = await run(plan.next_window)
+        entries = await fetch(chain, [*tops, *nodes])
+        for node in [*tops, *nodes]:  # parents first
+            for child, value in zip(node.children, entries[id(node)], strict=True):
+                child.logp = node.logp + value
+        finals += [c for c in nodes if len(text) - spell.longest < c.end < len(text)]
+        if not plan.advance():
+            return finals
+
+
+class _Windows:
+    """The plan of one prefill, window by window (the filter's work: run it locked)."""
+
+    def __init__(
+        self,
+        roots: list[PlanNode],
+        text: bytes,
+        spell: Spellings,
+        canon: Any,
+        window: int,
+        ahead: int,
+    ) -> None:
+        self.roots, self.text, self.spell, self.canon = roots, text, spell, canon
+        self.window, self.ahead = window, ahead
+        self.by_end: dict[int, list[PlanNode]] = {}
+        self.grown_to = 0  # the nodes ending before this offset have their children
+        self.start = 0
+        self.stop = 0
+
+    def first(self) -> None:
+        for root in self.roots:
+            _grow(root, self.text, self.spell, self.canon, self.by_end, root.partial or b"")
+
+    def next_window(self) -> tuple[list[PlanNode], list[PlanNode], list[PlanNode]]:
+        """The window's first nodes, the others (parents first) and its longest chain."""
+        n, start, by_end = len(self.text), self.start, self.by_end
+        self.stop = stop = n + 1 if start + self.window >= n else start + self.window
+        target = min(n, stop + self.ahead)
+        for end in range(self.grown_to, target):
             for node in by_end.get(end, ()):
-                _grow(node, text, spell, canon, by_end, b"")
-        grown_to = max(grown_to, target)
-        _prune(by_end, start, grown_to, text, spell, canon)
+                _grow(node, self.text, self.spell, self.canon, by_end, b"")
+        self.grown_to = max(self.grown_to, target)
+        _prune(by_end, start, self.grown_to, self.text, self.spell, self.canon)
         if start == 0:
-            tops = list(roots)
-            for root in roots:
+            tops = list(self.roots)
+            for root in self.roots:
                 root.children = [c for c in root.children if c.alive]
         else:
             tops = [
@@ -158,23 +193,20 @@ async def windowed_plan(
                 if node.alive and node.parent is None
             ]
         nodes = list(_walk(tops, stop))
-        rows = await fetch(_deepest(tops, nodes), [*tops, *nodes])
-        for node in [*tops, *nodes]:
-            if node.children:
-                values = rows[id(node)][[c.token for c in node.children]].tolist()
-                for child, value in zip(node.children, values, strict=True):
-                    child.logp = node.logp + float(value)
-        del rows
-        finals += [c for c in nodes if n - spell.longest < c.end < n]
-        if start == 0:
-            for root in roots:
+        return tops, nodes, _deepest(tops, nodes)
+
+    def advance(self) -> bool:
+        """Drop the window read; False after the last."""
+        if self.start == 0:
+            for root in self.roots:
                 root.children = []  # the tree below is let go window by window
-        if last:
-            return finals
-        _rebase(by_end, stop)
-        for end in range(start, stop):
-            by_end.pop(end, None)
-        start = stop
+        if self.stop > len(self.text):
+            return False
+        _rebase(self.by_end, self.stop)
+        for end in range(self.start, self.stop):
+            self.by_end.pop(end, None)
+        self.start = self.stop
+        return True
 
 
 def _grow(
