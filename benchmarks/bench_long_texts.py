@@ -13,16 +13,17 @@ Cases (``path model bytes``):
   memory (10 KB), it is run after the measurement and the difference printed
   (bar: 0 within 1e-9);
 * ``ll smollm2 N``: the same with SmolLM2-135M-Instruct (genlm-hf, CPU, fp32);
-* ``beam mock N``: ``ByteBeamState(K=4, prune_threshold=0.05).prefill`` (read ahead in
+* ``beam mock N``: ``ByteBeamState(K=8, prune_threshold=0, heal=True).prefill`` (read ahead in
   windows of 512 bytes);
 * ``prefix mock N``: ``prefix_next_token_logprobs`` along the text's tokenization,
   which returns every row by contract (tokens x vocabulary x 4 bytes: documented,
   not bounded; docs/bytes.md).
 
-Bar: ``ll`` flat within 512 MiB from 10 KB to 1 MB. Run: ``python
-benchmarks/bench_long_texts.py`` (all; 1 MB with the mock takes long: every request
-of a long context is hashed and validated whole) or ``--quick`` (10 KB and 100 KB),
-or one case: ``--case ll mock 10000``.
+Bar: ``ll`` flat within 512 MiB from 10 KB to 1 MB (the spread of the peaks is
+checked; each peak is printed). Run: ``python benchmarks/bench_long_texts.py``,
+``--quick`` (``ll`` only), ``--full`` (adds 1 MB: hours with the mock, whose every
+request of a 250k-token context is hashed and validated whole), or one case:
+``--case ll mock 10000``; ``--cache-mib`` sets the models' output cache budget.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ async def run_case(path: str, model: str, n: int) -> dict[str, Any]:
     if path == "ll":
         await log_likelihood(llm, warm)
     elif path == "beam":
-        beam = await ByteBeamState.initial(llm, BeamParams(K=4, prune_threshold=0.05))
+        beam = await ByteBeamState.initial(llm, BeamParams(K=8, prune_threshold=0.0, heal=True))
         await beam.prefill(warm)
     else:
         llm.prefix_next_token_logprobs_sync(llm.tokenizer.encode(warm.decode()))
@@ -103,7 +104,7 @@ async def run_case(path: str, model: str, n: int) -> dict[str, Any]:
         out["logprob"] = result.logprob
         out["bits_per_byte"] = result.bits_per_byte
     elif path == "beam":
-        beam = await ByteBeamState.initial(llm, BeamParams(K=4, prune_threshold=0.05))
+        beam = await ByteBeamState.initial(llm, BeamParams(K=8, prune_threshold=0.0, heal=True))
         out["logprob"] = (await beam.prefill(text)).logZ
     else:
         ids = [llm.tokenizer.bos_token_id, *llm.tokenizer.encode(text.decode(errors="ignore"))]
@@ -120,19 +121,14 @@ async def run_case(path: str, model: str, n: int) -> dict[str, Any]:
 
 
 CASES_QUICK = [("ll", "mock", 10_000), ("ll", "mock", 100_000), ("ll", "smollm2", 10_000)]
-CASES = [
-    *CASES_QUICK,
-    ("ll", "mock", 1_000_000),
-    ("beam", "mock", 10_000),
-    ("beam", "mock", 100_000),
-    ("prefix", "mock", 2_000),
-    ("prefix", "mock", 10_000),
-]
+CASES = [*CASES_QUICK, ("beam", "mock", 10_000), ("prefix", "mock", 2_000)]
+CASES_FULL = [*CASES, ("ll", "mock", 1_000_000), ("beam", "mock", 100_000)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="10 KB and 100 KB only")
+    parser.add_argument("--quick", action="store_true", help="log_likelihood, 10 KB and 100 KB")
+    parser.add_argument("--full", action="store_true", help="also 1 MB (hours on the mock)")
     parser.add_argument("--case", nargs=3, metavar=("PATH", "MODEL", "BYTES"))
     parser.add_argument("--cache-mib", type=int, help="the models' output cache budget")
     parser.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per case")
@@ -145,7 +141,8 @@ def main() -> int:
         return 0
     failed = False
     print(f"{'case':<22} {'peak RSS':>10} {'seconds':>9}  result")
-    for path, model, n in CASES_QUICK if args.quick else CASES:
+    peaks = []
+    for path, model, n in CASES_QUICK if args.quick else CASES_FULL if args.full else CASES:
         cmd = [sys.executable, __file__, "--case", path, model, str(n)]
         try:
             done = subprocess.run(cmd, capture_output=True, timeout=args.timeout, check=False)
@@ -159,13 +156,20 @@ def main() -> int:
         out = json.loads(done.stdout.decode().strip().splitlines()[-1])
         extra = {k: v for k, v in out.items() if k not in ("case", "peak_mib", "seconds")}
         print(f"{out['case']:<22} {out['peak_mib']:>7.0f} MiB {out['seconds']:>9.1f}  {extra}")
-        if path == "ll" and out["peak_mib"] > BAR_MIB:
-            print(f"  over the bar of {BAR_MIB} MiB")
-            failed = True
+        if path == "ll" and model == "mock":
+            peaks.append(out["peak_mib"])
         if out.get("unwindowed_diff", 0.0) > 1e-9:
             print("  differs from the unwindowed result")
             failed = True
         sys.stdout.flush()
+    if len(peaks) > 1:
+        spread = max(peaks) - min(peaks)
+        verdict = "ok" if spread <= BAR_MIB else "over the bar"
+        print(
+            f"log_likelihood (mock) peak RSS spread across sizes: {spread:.0f} MiB ({verdict}, "
+            f"bar: flat within {BAR_MIB} MiB); largest growth {max(peaks):.0f} MiB"
+        )
+        failed |= spread > BAR_MIB
     return 1 if failed else 0
 
 
