@@ -374,4 +374,8 @@ def _hashable(value: Any) -> Hashable:
 
 
 def _is_shared(trie: Any) -> bool:
-    return any(trie is t for tries in _TRIES.values() for t in tries.values())
+    while True:  # a build in a worker thread may add a model meanwhile: look again
+        try:
+            return any(trie is t for tries in list(_TRIES.values()) for t in tries.values())
+        except RuntimeError:
+            continue

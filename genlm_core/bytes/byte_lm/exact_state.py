@@ -192,4 +192,8 @@ async def shared_exact_trie_async(llm: Any, eos_byte_strings: set[bytes]) -> Asy
 
 def is_shared_trie(trie: Any) -> bool:
     """Whether ``trie`` is one of the shared exact tries (kept alive for other states)."""
-    return any(trie is t for tries in _TRIES.values() for t in tries.values())
+    while True:  # a build in a worker thread may add a model meanwhile: look again
+        try:
+            return any(trie is t for tries in list(_TRIES.values()) for t in tries.values())
+        except RuntimeError:
+            continue

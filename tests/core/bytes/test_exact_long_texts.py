@@ -125,3 +125,36 @@ def test_memory_does_not_grow_with_the_text(tmp_path):
     )
     grown_mib = int(out.stdout.decode().split()[-1])
     assert grown_mib < 640, f"the process grew by {grown_mib} MiB reading 8 KB"
+
+
+async def _unwindowed_log_z(llm, data):
+    """Main's prefill, verbatim in substance: the whole plan, every row, then the sums."""
+    from genlm_core.bytes.byte_lm.exact_plan import plan, walk
+    from genlm_core.bytes.probs import logsumexp
+
+    state = await ExactByteState.initial(llm)
+    (start,) = state.states
+    roots = plan([(start.lm_state, b"")], data, state.shared.spell)
+    nodes = walk(roots)
+    contexts = list(dict.fromkeys(tuple(n.lm_state.context) for n in [*roots, *nodes]))
+    rows = dict(
+        zip(contexts, await llm.batch_next_token_logprobs([list(c) for c in contexts]), strict=True)
+    )
+    roots[0].logp = start.weight - float(start.mass[start.node])
+    for node in nodes:
+        node.logp = node.parent.logp + float(rows[tuple(node.parent.lm_state.context)][node.token])
+    longest = state.shared.spell.longest
+    finals = [(n, data[n.end :]) for n in nodes if len(data) - longest < n.end < len(data)]
+    weights = []
+    for node, rest in finals:
+        advanced = await state._advanced(node.lm_state, node.logp, rest)
+        if advanced is not None:
+            weights.append(advanced.weight)
+    return logsumexp(weights)
+
+
+async def test_windows_give_mains_unwindowed_value(llama3):
+    data = _text(2500)
+    expected = await _unwindowed_log_z(llama3, data)
+    got = await _prefill(llama3, data, 100)
+    assert got.logZ == pytest.approx(expected, abs=1e-9)
