@@ -143,7 +143,8 @@ async def windowed_plan(
         for node in [*tops, *nodes]:  # parents first
             for child, value in zip(node.children, entries[id(node)], strict=True):
                 child.logp = node.logp + value
-        finals += [c for c in nodes if len(text) - spell.longest < c.end < len(text)]
+        read = nodes if plan.start == 0 else [*tops, *nodes]  # the roots end elsewhere
+        finals += [c for c in read if len(text) - spell.longest < c.end < len(text)]
         if not plan.advance():
             return finals
 

@@ -158,3 +158,20 @@ async def test_windows_give_mains_unwindowed_value(llama3):
     expected = await _unwindowed_log_z(llama3, data)
     got = await _prefill(llama3, data, 100)
     assert got.logZ == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("window,lookahead", [(12, 0), (40, 0), (40, 256)])
+async def test_short_windows_keep_the_candidates_that_start_a_window(window, lookahead):
+    """SmolLM2's tokenizer has 81-byte tokens: a window's first contexts can end the text."""
+    from transformers import AutoTokenizer
+
+    from genlm_core.assets import model_dir
+
+    text = b"The history of the city dates back to the Roman period, when a small settlement grew."
+    model = MockAsyncLM(AutoTokenizer.from_pretrained(str(model_dir("smollm2-135m-instruct"))))
+    try:
+        whole = await _prefill(model, text, 10**9)
+        windowed = await _prefill(model, text, window, lookahead=lookahead)
+        _same(windowed, whole)
+    finally:
+        model.cleanup()
