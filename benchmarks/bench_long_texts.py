@@ -36,7 +36,6 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,14 +45,24 @@ MiB = 2**20
 #: The models' output cache budget (their default: 256 MiB), ``--cache-mib``.
 CACHE_MIB = int(os.environ.get("BENCH_CACHE_MIB", "256"))
 BAR_MIB = 512
-SOURCE = Path(__file__).resolve().parents[1] / "docs"
+
+
+PARAGRAPH = (
+    "Section {i}. The river town grew around a bridge built in 1{i:03d}; its market drew "
+    "traders from the coast, and by the time of the census it counted {j} households.\n"
+    "    def step(state, x):  # code too: indentation, symbols, numbers like 3.14159\n"
+    "        return state * {i} + x ** 2 - f(x, y={j})\n"
+    "Caf\u00e9s, na\u00efve questions and \u4e2d\u6587 text keep the UTF-8 path honest.\n\n"
+)
 
 
 def text_of(n: int) -> bytes:
-    """``n`` bytes of English and code: the project's docs, repeated."""
-    parts = sorted(SOURCE.glob("*.md"))
-    data = b"\n".join(p.read_bytes() for p in parts) or b"The quick brown fox. "
-    return (data * (n // len(data) + 1))[:n]
+    """``n`` bytes of English, code and UTF-8: a fixed paragraph, numbered (reproducible)."""
+    out, i = [], 0
+    while sum(map(len, out)) < n:
+        out.append(PARAGRAPH.format(i=i, j=7 * i + 3).encode())
+        i += 1
+    return b"".join(out)[:n]
 
 
 def peak_mib() -> float:

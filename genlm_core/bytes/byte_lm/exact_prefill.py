@@ -34,7 +34,7 @@ WINDOW_BYTES = 256
 LOOKAHEAD_BYTES = 256
 #: Budget of one model call: bytes of rows returned, and token ids asked for.
 CALL_ROW_BYTES = 32 * 2**20
-CALL_TOKEN_IDS = 8 * 2**20
+CALL_TOKEN_IDS = 2 * 2**20
 
 
 class PlanNode:

@@ -175,3 +175,16 @@ async def test_short_windows_keep_the_candidates_that_start_a_window(window, loo
         _same(windowed, whole)
     finally:
         model.cleanup()
+
+
+async def test_calls_split_by_their_budgets_give_the_same_result(llm, eos, monkeypatch):
+    """Prefix calls and batches cut to a few rows or token ids each: same states."""
+    from genlm_core.bytes.byte_lm import exact_prefill
+
+    data = _text(1200)
+    whole = await _prefill(llm, data, 10**9, eos=eos)
+    row_bytes = 4 * len(llm.byte_vocab)
+    for rows, ids in [(1, 10**9), (3, 10**9), (10**6, 50)]:
+        monkeypatch.setattr(exact_prefill, "CALL_ROW_BYTES", rows * row_bytes)
+        monkeypatch.setattr(exact_prefill, "CALL_TOKEN_IDS", ids)
+        _same(await _prefill(llm, data, 200, eos=eos), whole)
