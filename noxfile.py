@@ -297,7 +297,14 @@ for _backend in BACKENDS:
 #: without its dependencies), and each backend is raced against its reference in the
 #: venv the reference runs in.
 BENCH_STACKS = {
-    "core": ("bench_batcher", "bench_decode_vocab", "bench_trie", "bench_hf", "bench_bytes"),
+    "core": (
+        "bench_batcher",
+        "bench_decode_vocab",
+        "bench_trie",
+        "bench_hf",
+        "bench_bytes",
+        "bench_long_texts",
+    ),
     "mlx": ("bench_mlx",),
     "vllm": ("bench_vllm",),
     "sgl": ("bench_sgl",),

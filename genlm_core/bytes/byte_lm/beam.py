@@ -31,7 +31,13 @@ import numpy as np
 
 from genlm_core._validation import is_integer
 from genlm_core.bytes.byte_lm.heal import TokenHealer
-from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes
+from genlm_core.bytes.byte_lm.lm_state import (
+    StatefulByteLM,
+    StatefulTokenizedLM,
+    _as_bytes,
+    initial_token_ids,
+)
+from genlm_core.bytes.byte_lm.off_loop import build_once
 from genlm_core.bytes.byte_lm.params import BeamParams
 from genlm_core.bytes.byte_lm.pruning import certainly_dropped, decisions_unchanged
 from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
@@ -56,9 +62,17 @@ class ByteBeamState(StatefulByteLM):
 
     @classmethod
     async def initial(
-        cls, llm: Any, params: BeamParams, trie_opts: dict[str, Any] | None = None
+        cls,
+        llm: Any,
+        params: BeamParams,
+        trie_opts: dict[str, Any] | None = None,
+        *,
+        initial_context: Any = None,
     ) -> ByteBeamState:
         """The beam before any byte: one candidate at the model's start token.
+
+        The trie is built once per model and options, in a worker thread (the event
+        loop runs on; concurrent calls share one build).
 
         Args:
             llm: Any token-level AsyncLM (``next_token_logprobs``, ``byte_vocab``,
@@ -66,14 +80,29 @@ class ByteBeamState(StatefulByteLM):
             params: Beam parameters (their ``eos_byte_strings`` configure the trie).
             trie_opts: Keyword arguments of ``AsyncTokenByteTrie.from_vocab`` (for
                 example ``{"backend": "numba"}``).
+            initial_context: Token ids to start from (a prompt, a chat template)
+                instead of the start token (the tokenizer's BOS, else its EOS).
+
+        Raises:
+            InvalidBeamParamsError: ``params`` is not a ``BeamParams``.
+            InvalidTokenIdsError: ``initial_context`` is not a non-empty list of token ids.
+            MissingStartTokenError: No ``initial_context`` and the tokenizer has no BOS
+                or EOS token.
         """
         if not isinstance(params, BeamParams):
             raise InvalidBeamParamsError(
                 f"params must be a BeamParams, got {type(params).__name__}; "
                 f"e.g. BeamParams(K=5, prune_threshold=0.05)"
             )
-        trie = shared_trie(llm, params.eos_byte_strings, trie_opts)
-        state = LazyTrieState.initial(llm, trie, mode=TrieMode.WITH_EOS)
+        start = initial_token_ids(llm, initial_context)
+        trie = await shared_trie_async(llm, params.eos_byte_strings, trie_opts)
+        state = LazyTrieState(
+            lm_state=StatefulTokenizedLM(llm, start),
+            trie=trie,
+            node=trie.trie.root,
+            weight=0.0,
+            mode=TrieMode.WITH_EOS,
+        )
         return cls([await state.materialize()], params)
 
     def __iter__(self) -> Iterator[LazyTrieState]:
@@ -317,6 +346,26 @@ def shared_trie(
     return trie
 
 
+async def shared_trie_async(
+    llm: Any, eos_byte_strings: set[bytes], trie_opts: dict[str, Any] | None = None
+) -> AsyncTokenByteTrie:
+    """:func:`shared_trie`, built in a worker thread (once for concurrent callers)."""
+    opts = dict(trie_opts or {})
+    try:
+        key: Hashable = (
+            "beam trie",
+            id(llm),
+            frozenset(eos_byte_strings),
+            frozenset(
+                (name, frozenset(v) if isinstance(v, set) else _hashable(v))
+                for name, v in opts.items()
+            ),
+        )
+    except TypeError:  # options that cannot be a key: a build of their own
+        key = ("beam trie", object())
+    return await build_once(key, lambda: shared_trie(llm, eos_byte_strings, trie_opts))
+
+
 def _hashable(value: Any) -> Hashable:
     if isinstance(value, list):
         return tuple(value)
@@ -325,4 +374,8 @@ def _hashable(value: Any) -> Hashable:
 
 
 def _is_shared(trie: Any) -> bool:
-    return any(trie is t for tries in _TRIES.values() for t in tries.values())
+    while True:  # a build in a worker thread may add a model meanwhile: look again
+        try:
+            return any(trie is t for tries in list(_TRIES.values()) for t in tries.values())
+        except RuntimeError:
+            continue

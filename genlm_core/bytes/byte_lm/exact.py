@@ -16,8 +16,10 @@ trie, a weight); the interface is ``ByteBeamState``'s (``initial``, ``prefill``,
 * reading a byte may end a token in each candidate: the contexts that stay canonical
   are asked for in one batched call (about one forward per byte when generating);
   non-canonical ones are never asked for;
-* ``prefill`` lists every context it will need without the model
-  (:mod:`.exact_plan`) and asks for them in one prefix call and one batched call;
+* ``prefill`` lists the contexts it will need without the model
+  (:mod:`.exact_plan`) and asks for them window by window, one prefix call and one
+  batched call per window, keeping only the row entries it needs
+  (:mod:`.exact_prefill`: memory bounded by the window, not the text);
 * when a forward is needed anyway, the contexts along the bytes the heaviest
   candidate predicts are asked for in the same forward (``speculate=True``), so that
   the next bytes often need none.
@@ -33,18 +35,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from genlm_core.bytes.byte_lm import exact_prefill
 from genlm_core.bytes.byte_lm.beam import _check_byte, next_byte_logps
-from genlm_core.bytes.byte_lm.exact_plan import Node, Spellings, plan, reading, walk
+from genlm_core.bytes.byte_lm.exact_plan import Spellings, reading
+from genlm_core.bytes.byte_lm.exact_prefill import PlanNode, windowed_plan
 from genlm_core.bytes.byte_lm.exact_state import (
+    CanonicalTokenizedLM,
     ExactTrieState,
-    initial_context,
     is_shared_trie,
-    shared_exact_trie,
-    shared_filter,
+    shared_exact_trie_async,
+    shared_filter_async,
 )
-from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes
+from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes, initial_token_ids
+from genlm_core.bytes.byte_lm.off_loop import locked
 from genlm_core.bytes.byte_lm.params import _byte_strings
 from genlm_core.bytes.byte_lm.trie_state import TrieMode
+from genlm_core.bytes.canonical import EMPTY
 from genlm_core.bytes.errors import EmptyBeamError
 from genlm_core.bytes.probs import LazyByteProbs, logsumexp
 from genlm_core.errors import InvalidTokenIdsError
@@ -93,9 +99,17 @@ class ExactByteState(StatefulByteLM):
 
     @classmethod
     async def initial(
-        cls, llm: Any, *, eos_byte_strings: Any = None, speculate: bool = True
+        cls,
+        llm: Any,
+        *,
+        eos_byte_strings: Any = None,
+        speculate: bool = True,
+        initial_context: Any = None,
     ) -> ExactByteState:
-        """The state before any byte: the model's start token.
+        """The state before any byte: after the model's start token, or ``initial_context``.
+
+        The filter, trie and tables a model needs are built once (shared by every state
+        over it, and by concurrent calls), in a worker thread: the event loop runs on.
 
         Args:
             llm: Any token-level AsyncLM whose tokenizer is byte-level BPE.
@@ -103,18 +117,27 @@ class ExactByteState(StatefulByteLM):
                 ``BeamParams``): their probability goes to ``EOS`` (257).
             speculate: Ask for the contexts of predicted bytes in forwards that are
                 needed anyway (saves forwards on backends that cache, e.g. genlm-hf).
+            initial_context: Token ids to start from (a prompt, a chat template)
+                instead of the start token (the tokenizer's BOS, else its EOS); the
+                bytes read after them are tokenized as a text of their own.
 
         Raises:
             CanonicalityUnsupportedError: The tokenizer is not byte-level BPE (or its
                 pre-tokenizer cannot be read); use ``ByteBeamState``.
             InvalidBeamParamsError: ``eos_byte_strings`` is not a collection of bytes.
+            InvalidTokenIdsError: ``initial_context`` is not a non-empty list of token ids.
+            MissingStartTokenError: No ``initial_context`` and the tokenizer has no BOS
+                or EOS token.
         """
         eos = _byte_strings(eos_byte_strings)
-        canon = shared_filter(llm)
-        trie = shared_exact_trie(llm, eos)
-        spell = _spellings(canon)
+        start = initial_token_ids(llm, initial_context)
+        canon, trie = await asyncio.gather(
+            shared_filter_async(llm), shared_exact_trie_async(llm, eos)
+        )
+        spell = getattr(canon, "_exact_spellings", None) or await locked(canon, _spellings, canon)
         shared = _Shared(llm, canon, trie, eos, bool(speculate), spell, OrderedDict())
-        state = ExactTrieState(initial_context(llm, canon), trie, trie.trie.root, 0.0)
+        context = CanonicalTokenizedLM(llm, start, canon, EMPTY)
+        state = ExactTrieState(context, trie, trie.trie.root, 0.0)
         await state.materialize()
         return cls([state] if state.weight > -math.inf else [], shared)
 
@@ -165,13 +188,22 @@ class ExactByteState(StatefulByteLM):
 
         The new contexts are asked for in one batched call, with the speculative ones.
         """
-        candidates = [e for s in self.states for e in s.extend_all() if e.weight > -math.inf]
+        canon = self.shared.canon
+        candidates = await locked(canon, self._extensions)  # new contexts: the filter's work
         todo = [e for e in candidates if not e.is_materialized]
         if todo:
-            ahead = self._speculation(candidates) if self.shared.speculate else []
+            ahead = []
+            if self.shared.speculate:
+                ahead = [
+                    _warm(self.shared.llm, list(c))
+                    for c in await locked(canon, self._speculation, candidates)
+                ]
             await asyncio.gather(*(e.materialize() for e in todo), *ahead)
             self.shared.remember([tuple(e.lm_state.context) for e in todo])
         return [e for e in candidates if e.weight > -math.inf]
+
+    def _extensions(self) -> list[ExactTrieState]:
+        return [e for s in self.states for e in s.extend_all() if e.weight > -math.inf]
 
     def _check_nonempty(self) -> None:
         if not self.states:
@@ -182,8 +214,8 @@ class ExactByteState(StatefulByteLM):
 
     # -- speculation -----------------------------------------------------------------
 
-    def _speculation(self, extensions: list[ExactTrieState]) -> list[Any]:
-        """Model calls for the contexts along the predicted next bytes (cache warming).
+    def _speculation(self, extensions: list[ExactTrieState]) -> list[tuple[int, ...]]:
+        """The contexts along the predicted next bytes, to ask for (cache warming).
 
         Only when some needed context is new (a forward happens anyway).
         """
@@ -204,7 +236,7 @@ class ExactByteState(StatefulByteLM):
             if len(contexts) >= SPECULATE_CONTEXTS:
                 break
         shared.remember(contexts)
-        return [_warm(shared.llm, list(c)) for c in contexts]
+        return contexts
 
     # -- prefill ---------------------------------------------------------------------
 
@@ -215,7 +247,8 @@ class ExactByteState(StatefulByteLM):
         ``TrieMode.WITHOUT_EOS`` (the beam's ``prefill`` too reads a prompt's EOS byte
         strings as text); faster: the contexts it needs are listed first (without the
         model) and asked for in one prefix call along the longest chain and one
-        batched call.
+        batched call per window of the text, of whose rows only the entries the next
+        steps need are kept (see :mod:`.exact_prefill`).
         """
         data = _as_bytes(bs)
         if not data:
@@ -223,35 +256,48 @@ class ExactByteState(StatefulByteLM):
         self._check_nonempty()
         shared = self.shared
         readers = [s for s in self.states if not s.terminated]  # nothing follows EOS
-        origins = [(s.lm_state, bytes(s.partial)) for s in readers]
-        roots = plan(origins, data, shared.spell)
-        nodes = walk(roots)
-        rows = await _rows(shared.llm, roots, nodes)
-        for root, state in zip(roots, readers, strict=True):
-            root.logp = state.weight - float(state.mass[state.node])
-        for node in nodes:
-            node.logp = node.parent.logp + float(
-                rows[tuple(node.parent.lm_state.context)][node.token]
+        roots = []
+        for state in readers:
+            root = PlanNode(
+                list(state.lm_state.context),
+                (),
+                state.lm_state.pending,
+                -len(state.partial),
+                partial=bytes(state.partial),
             )
-        finals = []
-        for root, (_, partial) in zip(roots, origins, strict=True):
-            finals.append((root, partial + data))
-        longest = shared.spell.longest
-        finals += [(n, data[n.end :]) for n in nodes if len(data) - longest < n.end < len(data)]
-        states = await asyncio.gather(*(self._advanced(node, rest) for node, rest in finals))
+            root.logp = state.weight - float(state.mass[state.node])
+            roots.append(root)
+        ends = await windowed_plan(
+            roots,
+            data,
+            shared.spell,
+            shared.canon,
+            functools.partial(_entries, shared.llm),
+            functools.partial(locked, shared.canon),
+            window=exact_prefill.WINDOW_BYTES,
+        )
+        finals = [(self._context(root), root.logp, root.partial + data) for root in roots]
+        finals += [(self._context(n), n.logp, data[n.end :]) for n in ends]
+        states = await asyncio.gather(*(self._advanced(*final) for final in finals))
         kept = [s.with_mode(TrieMode.WITH_EOS) for s in states if s is not None]
         return ExactByteState(kept, shared)
 
-    async def _advanced(self, node: Node, rest: bytes) -> ExactTrieState | None:
-        """A fresh candidate in ``node``'s context that has read ``rest`` (or None)."""
+    def _context(self, node: PlanNode) -> CanonicalTokenizedLM:
+        return CanonicalTokenizedLM(self.shared.llm, node.context, self.shared.canon, node.pending)
+
+    async def _advanced(
+        self, lm_state: CanonicalTokenizedLM, logp: float, rest: bytes
+    ) -> ExactTrieState | None:
+        """A fresh candidate in ``lm_state`` (``logp``: its log-probability) past ``rest``.
+
+        None when no canonical token goes on with ``rest``.
+        """
         if not self.shared.spell.starts(rest):
             return None
-        if not math.isfinite(node.logp):
+        if not math.isfinite(logp):
             return None
         trie = self.shared.trie
-        state = ExactTrieState(
-            node.lm_state, trie, trie.trie.root, node.logp, mode=TrieMode.WITHOUT_EOS
-        )
+        state = ExactTrieState(lm_state, trie, trie.trie.root, logp, mode=TrieMode.WITHOUT_EOS)
         await state.materialize()
         current: ExactTrieState | None = state
         for b in rest:
@@ -315,43 +361,54 @@ async def _warm(llm: Any, context: list[int]) -> None:
         pass  # past the model's context window: the real call reports it
 
 
-async def _rows(llm: Any, roots: list[Node], nodes: list[Node]) -> dict[tuple[int, ...], Any]:
-    """The next-token log-probabilities of every context of the plan, in few forwards.
+async def _entries(
+    llm: Any, chain: list[PlanNode], nodes: list[PlanNode]
+) -> dict[int, list[float]]:
+    """For each node (by ``id``), its children's tokens' log-probabilities after it.
 
-    The longest chain goes through ``prefix_next_token_logprobs`` (one forward over it,
-    which also fills prefix caches); the other contexts are one batched call.
+    The chain goes through ``prefix_next_token_logprobs`` (one forward along it, which
+    also fills prefix caches); the other contexts are batched calls. Each call stays
+    within ``CALL_ROW_BYTES`` of rows and ``CALL_TOKEN_IDS`` token ids (a window of a
+    short text is one call of each), and its rows are let go once read.
     """
-    contexts: dict[tuple[int, ...], None] = {}
-    for node in [*roots, *nodes]:
-        contexts[tuple(node.lm_state.context)] = None
-    chain = _deepest(roots, nodes)
-    out: dict[tuple[int, ...], Any] = {}
+    by_context: dict[tuple[int, ...], list[PlanNode]] = {}
+    for node in nodes:
+        by_context.setdefault(tuple(node.context), []).append(node)
+    out: dict[int, list[float]] = {}
+
+    def read(context: tuple[int, ...], row: Any) -> None:
+        for node in by_context.pop(context, ()):
+            out[id(node)] = row[[c.token for c in node.children]].tolist()
+
+    width = max(1, len(llm.byte_vocab)) * 4
     prefix = getattr(llm, "prefix_next_token_logprobs", None)
     if prefix is not None and len(chain) > 1:
-        sequence = list(chain[-1].lm_state.context)
-        start = len(chain[0].lm_state.context) - 1
-        rows = await prefix(sequence, start=start)
-        for i, row in enumerate(rows):
-            out[tuple(sequence[: start + i + 1])] = row
-    rest = [c for c in contexts if c not in out]
-    if rest:
-        for c, row in zip(
-            rest, await llm.batch_next_token_logprobs([list(c) for c in rest]), strict=True
-        ):
-            out[c] = row
+        sequence = chain[-1].context
+        start = chain[0].n_tokens - 1
+        step = _rows_per_call(width, len(sequence))
+        for lo in range(start, len(sequence), step):
+            hi = min(len(sequence), lo + step)
+            rows = await prefix(sequence[:hi], start=lo)
+            for i, row in enumerate(rows):
+                read(tuple(sequence[: lo + i + 1]), row)
+            del rows
+    rest = list(by_context)
+    while rest:
+        step = _rows_per_call(width, max(len(c) for c in rest[:4096]))
+        batch, rest = rest[:step], rest[step:]
+        rows = await llm.batch_next_token_logprobs([list(c) for c in batch])
+        for context, row in zip(batch, rows, strict=True):
+            read(context, row)
+        del rows
     return out
 
 
-def _deepest(roots: list[Node], nodes: list[Node]) -> list[Node]:
-    """The longest chain of contexts (most tokens) from a root, root first."""
-    depth = {id(r): 1 for r in roots}
-    best = roots[0] if roots else None
-    for node in nodes:  # parents come first
-        depth[id(node)] = depth[id(node.parent)] + 1
-        if depth[id(node)] > depth[id(best)]:
-            best = node
-    chain = []
-    while best is not None:
-        chain.append(best)
-        best = best.parent
-    return chain[::-1]
+def _rows_per_call(row_bytes: int, n_tokens: int) -> int:
+    """Rows one call may ask for within the budgets (at least one)."""
+    return max(
+        1,
+        min(
+            exact_prefill.CALL_ROW_BYTES // row_bytes,
+            exact_prefill.CALL_TOKEN_IDS // max(1, n_tokens),
+        ),
+    )

@@ -4,8 +4,9 @@ Whether a candidate survives a byte depends only on canonicality (the masks do n
 depend on the model's probabilities), so the contexts an :class:`ExactByteState`
 will materialize while reading a known text can be listed in advance: the canonical
 tokenizations of the text's prefixes that can still go on with the text. ``prefill``
-asks for all of them at once (one prefix call along the longest, one batched call for
-the rest) and then builds the final candidates directly; generation asks, together
+asks for them window by window (:mod:`.exact_prefill`; :func:`plan` lists them for a
+whole text at once, the unwindowed reading the tests compare it with) and then builds
+the final candidates directly; generation asks, together
 with the forward it needs anyway, for the contexts along the bytes it predicts next
 (speculation), so that when the prediction holds the next bytes cost no forward.
 """

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
+from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM, initial_token_ids
+from genlm_core.bytes.byte_lm.off_loop import build_once, locked
 from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
 from genlm_core.bytes.canonical import EMPTY, CanonicalFilter, Pending
 from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
@@ -28,7 +29,9 @@ __all__ = [
     "ExactTrieState",
     "Float64TokenByteTrie",
     "shared_exact_trie",
+    "shared_exact_trie_async",
     "shared_filter",
+    "shared_filter_async",
 ]
 
 
@@ -85,7 +88,9 @@ class ExactTrieState(LazyTrieState):
         if self._mass is None:
             base = self.weight  # log p(context): materializing twice (concurrently) is harmless
             logps = await self.lm_state.logp_next()
-            allowed = self.lm_state.mask(self.mode, self.trie_eos_ids)
+            allowed = await locked(
+                self.lm_state.canon, self.lm_state.mask, self.mode, self.trie_eos_ids
+            )
             values = torch.as_tensor(logps).detach().cpu().numpy().astype(np.float64, copy=False)
             masked = np.where(allowed[: len(values)], values, -np.inf)
             mass = await self.trie.log_weight_sum(masked, self.mode)
@@ -150,12 +155,45 @@ def shared_exact_trie(llm: Any, eos_byte_strings: set[bytes]) -> AsyncTokenByteT
     return trie
 
 
-def initial_context(llm: Any, canon: CanonicalFilter) -> CanonicalTokenizedLM:
-    """The context of just the model's start token (its BOS, else its EOS)."""
-    start = StatefulTokenizedLM.initial(llm).context
-    return CanonicalTokenizedLM(llm, list(start), canon, EMPTY)
+def initial_context(
+    llm: Any, canon: CanonicalFilter, context: list[int] | None = None
+) -> CanonicalTokenizedLM:
+    """The context ``context`` (default: the model's start token, its BOS else its EOS).
+
+    What is read after it is tokenized as a text of its own (as after a BOS token).
+    """
+    return CanonicalTokenizedLM(llm, initial_token_ids(llm, context), canon, EMPTY)
+
+
+async def shared_filter_async(llm: Any) -> CanonicalFilter:
+    """:func:`shared_filter`, built in a worker thread (once for concurrent callers)."""
+    try:
+        canon = _FILTERS.get(llm)
+    except TypeError:
+        canon = None
+    if canon is not None:
+        return canon
+    return await build_once(("canonical filter", id(llm)), lambda: shared_filter(llm))
+
+
+async def shared_exact_trie_async(llm: Any, eos_byte_strings: set[bytes]) -> AsyncTokenByteTrie:
+    """:func:`shared_exact_trie`, built in a worker thread (once for concurrent callers)."""
+    key = frozenset(eos_byte_strings)
+    try:
+        trie = _TRIES.get(llm, {}).get(key)
+    except TypeError:
+        trie = None
+    if trie is not None:
+        return trie
+    return await build_once(
+        ("exact trie", id(llm), key), lambda: shared_exact_trie(llm, eos_byte_strings)
+    )
 
 
 def is_shared_trie(trie: Any) -> bool:
     """Whether ``trie`` is one of the shared exact tries (kept alive for other states)."""
-    return any(trie is t for tries in _TRIES.values() for t in tries.values())
+    while True:  # a build in a worker thread may add a model meanwhile: look again
+        try:
+            return any(trie is t for tries in list(_TRIES.values()) for t in tries.values())
+        except RuntimeError:
+            continue

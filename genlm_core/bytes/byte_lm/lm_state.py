@@ -18,7 +18,13 @@ from genlm_core.bytes.errors import InvalidByteError, MissingStartTokenError
 from genlm_core.bytes.probs import EOS
 from genlm_core.errors import InvalidTokenIdsError
 
-__all__ = ["StatefulByteLM", "StatefulTokenizedLM", "sample_dict", "start_token_id"]
+__all__ = [
+    "StatefulByteLM",
+    "StatefulTokenizedLM",
+    "initial_token_ids",
+    "sample_dict",
+    "start_token_id",
+]
 
 
 def start_token_id(tokenizer: Any) -> int:
@@ -36,8 +42,41 @@ def start_token_id(tokenizer: Any) -> int:
             return value
     raise MissingStartTokenError(
         f"{type(tokenizer).__name__} has no bos_token_id and no eos_token_id to start the "
-        f"context with; pass initial_context=[...] (token ids) to StatefulTokenizedLM.initial"
+        f"context with; pass the token ids to start from as initial_context=[...] to "
+        f"ExactByteState.initial, ByteBeamState.initial or StatefulTokenizedLM.initial"
     )
+
+
+def initial_token_ids(model: Any, initial_context: Any) -> list[int]:
+    """The token ids a byte state starts from: ``initial_context``, else the start token.
+
+    Raises:
+        MissingStartTokenError: No ``initial_context`` and the tokenizer has no BOS or EOS.
+        InvalidTokenIdsError: ``initial_context`` is not a non-empty sequence of token ids
+            of ``model``'s vocabulary.
+    """
+    if initial_context is None:
+        return [start_token_id(model.tokenizer)]
+    if isinstance(initial_context, str | bytes) or not isinstance(initial_context, Sequence):
+        raise InvalidTokenIdsError(
+            f"initial_context must be a list of token ids, got {type(initial_context).__name__} "
+            f"{initial_context!r:.80}; encode text first, e.g. "
+            f"[tokenizer.bos_token_id, *tokenizer.encode(prompt, add_special_tokens=False)]"
+        )
+    ids = list(initial_context)
+    if not ids:
+        raise InvalidTokenIdsError(
+            "initial_context is empty; pass at least one token id (e.g. the tokenizer's BOS), "
+            "or None for the model's start token"
+        )
+    n = len(model.byte_vocab)
+    for position, token in enumerate(ids):
+        if not is_integer(token) or not 0 <= int(token) < n:
+            raise InvalidTokenIdsError(
+                f"initial_context[{position}] = {token!r} is not a token id of this model "
+                f"(integers 0..{n - 1})"
+            )
+    return [int(t) for t in ids]
 
 
 class StatefulTokenizedLM:

@@ -1,0 +1,313 @@
+"""``ExactByteState.prefill`` in windows: memory bounded by the window, not the text.
+
+Reading a known text, the contexts an :class:`ExactByteState` will ask for can be
+listed without the model (see :mod:`.exact_plan`). Listing them all, then asking for
+every row at once, holds a row per context (a 24 KB text over Llama-3's 128k tokens:
+8 GB). Here the text is read ``WINDOW_BYTES`` at a time:
+
+1. the contexts ending in the window are listed, with ``LOOKAHEAD`` more bytes to
+   drop those the next bytes rule out (never one the whole text would keep);
+2. their rows are asked for (one prefix call along the longest chain, batched calls
+   for the rest, each call's rows and token ids within a budget), and from each row
+   only the entries of the plan's next tokens are kept, as soon as its call returns;
+   they make the log-probabilities of the contexts one token longer;
+3. the contexts of earlier windows are dropped: a context is a shared list of token
+   ids plus the few tokens after it.
+
+Every context's log-probability is the same sum as the unwindowed reading (its
+parent's plus one entry of its parent's row), so the result is the same; a text
+within one window makes exactly the same model calls as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from genlm_core.bytes.byte_lm.exact_plan import Spellings, can_go_on
+
+__all__ = ["LOOKAHEAD_BYTES", "WINDOW_BYTES", "PlanNode", "windowed_plan"]
+
+#: Bytes whose contexts' rows are asked for at once.
+WINDOW_BYTES = 256
+#: Bytes read past a window to drop the contexts a later byte rules out.
+LOOKAHEAD_BYTES = 256
+#: Budget of one model call: bytes of rows returned, and token ids asked for.
+CALL_ROW_BYTES = 32 * 2**20
+CALL_TOKEN_IDS = 2 * 2**20
+
+
+class PlanNode:
+    """A canonical context met while reading, ending at offset ``end`` of the text.
+
+    Its token ids are ``prefix + tail`` (``prefix`` a list shared with other nodes).
+    ``logp`` is the log-probability of the context (set once its parent's row is read).
+    Roots are the candidates reading starts from (``partial``: the bytes their current
+    token has read).
+    """
+
+    __slots__ = (
+        "alive",
+        "children",
+        "end",
+        "logp",
+        "parent",
+        "partial",
+        "pending",
+        "prefix",
+        "tail",
+        "token",
+    )
+
+    def __init__(
+        self,
+        prefix: list[int],
+        tail: tuple[int, ...],
+        pending: Any,
+        end: int,
+        parent: PlanNode | None = None,
+        token: int | None = None,
+        partial: bytes | None = None,
+    ) -> None:
+        self.prefix = prefix
+        self.tail = tail
+        self.pending = pending
+        self.end = end
+        self.parent = parent
+        self.token = token
+        self.partial = partial
+        self.children: list[PlanNode] = []
+        self.alive = True
+        self.logp = float("nan")
+
+    @property
+    def context(self) -> list[int]:
+        """The token ids of the context (a new list)."""
+        return [*self.prefix, *self.tail]
+
+    @property
+    def n_tokens(self) -> int:
+        """How many token ids the context has."""
+        return len(self.prefix) + len(self.tail)
+
+
+class _Probe:
+    """What :func:`.exact_plan.can_go_on` reads of a node (its ``lm_state`` and end)."""
+
+    __slots__ = ("canon", "end", "lm_state", "pending")
+
+    def __init__(self, canon: Any, pending: Any, end: int) -> None:
+        self.canon, self.pending, self.end = canon, pending, end
+        self.lm_state = self
+
+
+async def windowed_plan(
+    roots: list[PlanNode],
+    text: bytes,
+    spell: Spellings,
+    canon: Any,
+    fetch: Any,
+    run: Any,
+    window: int | None = None,
+    lookahead: int | None = None,
+) -> list[PlanNode]:
+    """Read ``text`` from ``roots`` window by window; the nodes that end the reading.
+
+    Args:
+        roots: The candidates reading starts from (``logp`` set, ``partial`` bytes).
+        text: The bytes to read.
+        spell: The vocabulary by bytes.
+        canon: The canonical filter.
+        fetch: ``async fetch(chain, nodes)``: for each of ``nodes``, by ``id(node)``,
+            the log-probabilities of its children's tokens after its context (a list
+            of floats read off its row); ``chain`` (a parent-to-child list of them)
+            suits one prefix call.
+        run: ``await run(fn)`` calls ``fn()`` (the planning, which queries the filter)
+            off the event loop, holding the filter's lock.
+        window: Bytes per window (default :data:`WINDOW_BYTES`).
+        lookahead: Bytes read past a window (default :data:`LOOKAHEAD_BYTES`, at
+            least the longest token).
+
+    Returns:
+        The nodes ending in the text's last ``spell.longest`` bytes that can read it to
+        its end (the roots not included), ``logp`` set.
+    """
+    window = WINDOW_BYTES if window is None else max(1, int(window))
+    ahead = max(LOOKAHEAD_BYTES if lookahead is None else int(lookahead), spell.longest)
+    plan = _Windows(roots, text, spell, canon, window, ahead)
+    await run(plan.first)
+    finals: list[PlanNode] = []
+    while True:
+        tops, nodes, chain = await run(plan.next_window)
+        entries = await fetch(chain, [*tops, *nodes])
+        for node in [*tops, *nodes]:  # parents first
+            for child, value in zip(node.children, entries[id(node)], strict=True):
+                child.logp = node.logp + value
+        read = nodes if plan.start == 0 else [*tops, *nodes]  # the roots end elsewhere
+        finals += [c for c in read if len(text) - spell.longest < c.end < len(text)]
+        if not plan.advance():
+            return finals
+
+
+class _Windows:
+    """The plan of one prefill, window by window (the filter's work: run it locked)."""
+
+    def __init__(
+        self,
+        roots: list[PlanNode],
+        text: bytes,
+        spell: Spellings,
+        canon: Any,
+        window: int,
+        ahead: int,
+    ) -> None:
+        self.roots, self.text, self.spell, self.canon = roots, text, spell, canon
+        self.window, self.ahead = window, ahead
+        self.by_end: dict[int, list[PlanNode]] = {}
+        self.grown_to = 0  # the nodes ending before this offset have their children
+        self.start = 0
+        self.stop = 0
+
+    def first(self) -> None:
+        for root in self.roots:
+            _grow(root, self.text, self.spell, self.canon, self.by_end, root.partial or b"")
+
+    def next_window(self) -> tuple[list[PlanNode], list[PlanNode], list[PlanNode]]:
+        """The window's first nodes, the others (parents first) and its longest chain."""
+        n, start, by_end = len(self.text), self.start, self.by_end
+        self.stop = stop = n + 1 if start + self.window >= n else start + self.window
+        target = min(n, stop + self.ahead)
+        for end in range(self.grown_to, target):
+            for node in by_end.get(end, ()):
+                _grow(node, self.text, self.spell, self.canon, by_end, b"")
+        self.grown_to = max(self.grown_to, target)
+        _prune(by_end, start, self.grown_to, self.text, self.spell, self.canon)
+        if start == 0:
+            tops = list(self.roots)
+            for root in self.roots:
+                root.children = [c for c in root.children if c.alive]
+        else:
+            tops = [
+                node
+                for end in range(start, stop)
+                for node in by_end.get(end, ())
+                if node.alive and node.parent is None
+            ]
+        nodes = list(_walk(tops, stop))
+        return tops, nodes, _deepest(tops, nodes)
+
+    def advance(self) -> bool:
+        """Drop the window read; False after the last."""
+        if self.start == 0:
+            for root in self.roots:
+                root.children = []  # the tree below is let go window by window
+        if self.stop > len(self.text):
+            return False
+        _rebase(self.by_end, self.stop)
+        for end in range(self.start, self.stop):
+            self.by_end.pop(end, None)
+        self.start = self.stop
+        return True
+
+
+def _grow(
+    node: PlanNode,
+    text: bytes,
+    spell: Spellings,
+    canon: Any,
+    by_end: dict[int, list[PlanNode]],
+    partial: bytes,
+) -> None:
+    """Add ``node``'s children: canonical tokens ending inside ``text`` that can go on.
+
+    The same children, in the same order, as :func:`.exact_plan.plan`'s.
+    """
+    start = max(node.end, 0)
+    first = start if partial else start + 1  # a read partial token may end right here
+    for stop in range(first, min(len(text), start + spell.longest) + 1):
+        if not spell.starts(partial + text[start:stop]):
+            break  # no token goes on with these bytes
+        for token in spell.exact(partial + text[start:stop]):
+            if not canon.valid_next(node.pending, token):
+                continue
+            pending = canon.extend(node.pending, token)
+            if stop == len(text) or can_go_on(_Probe(canon, pending, stop), text, spell):
+                child = PlanNode(
+                    node.prefix, (*node.tail, token), pending, stop, parent=node, token=token
+                )
+                node.children.append(child)
+                by_end.setdefault(stop, []).append(child)
+
+
+def _prune(
+    by_end: dict[int, list[PlanNode]],
+    start: int,
+    grown_to: int,
+    text: bytes,
+    spell: Spellings,
+    canon: Any,
+) -> None:
+    """Mark the nodes from ``start`` on that cannot read on (those not grown may)."""
+    n = len(text)
+    for end in sorted((e for e in by_end if e >= start), reverse=True):
+        if end >= grown_to and end < n:
+            continue  # not grown yet: alive until known otherwise
+        for node in by_end[end]:
+            node.children = [c for c in node.children if c.alive]
+            node.alive = end == n or bool(node.children) or _runs_past(node, text, spell, canon)
+
+
+def _runs_past(node: PlanNode, text: bytes, spell: Spellings, canon: Any) -> bool:
+    """Whether a canonical next token after ``node`` spells the rest of ``text`` and more."""
+    rest = text[node.end :]
+    if len(rest) >= spell.longest:
+        return False
+    longer = spell.longer(rest)
+    if len(longer) > 32:
+        return bool(canon.mask(node.pending)[longer].any())
+    return any(canon.valid_next(node.pending, t) for t in longer)
+
+
+def _walk(tops: list[PlanNode], stop: int) -> Iterator[PlanNode]:
+    """The nodes below ``tops`` ending before ``stop``, parents first (depth first)."""
+    stack = [c for top in reversed(tops) for c in reversed(top.children) if c.end < stop]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in reversed(node.children) if c.end < stop)
+
+
+def _deepest(tops: list[PlanNode], nodes: list[PlanNode]) -> list[PlanNode]:
+    """The longest chain of the window (most tokens), its top first."""
+    depth = {id(t): 1 for t in tops}
+    best = tops[0] if tops else None
+    for node in nodes:  # parents come first
+        depth[id(node)] = depth[id(node.parent)] + 1
+        if depth[id(node)] > depth[id(best)]:
+            best = node
+    chain = []
+    while best is not None and id(best) in depth:
+        chain.append(best)
+        best = best.parent
+    return chain[::-1]
+
+
+def _rebase(by_end: dict[int, list[PlanNode]], stop: int) -> None:
+    """Let the nodes from ``stop`` on forget the earlier ones (their parents, prefixes).
+
+    A node whose parent ends before ``stop`` gets the parent's token ids as its own
+    prefix (one list shared by the parent's children).
+    """
+    shared: dict[int, list[int]] = {}
+    for end in sorted(e for e in by_end if e >= stop):
+        for node in by_end[end]:
+            parent = node.parent
+            if parent is None:
+                continue
+            if parent.end < stop:
+                prefix = shared.get(id(parent))
+                if prefix is None:
+                    prefix = shared[id(parent)] = parent.context
+                node.prefix, node.tail, node.parent = prefix, (node.token,), None
+            else:
+                node.prefix, node.tail = parent.prefix, (*parent.tail, node.token)
