@@ -38,8 +38,6 @@ class BPEPairs:
     """
 
     def __init__(self, spec: Any, byte_vocab: list[bytes], cache_size: int = 256) -> None:
-        from tokenizers import models
-
         self.n = len(byte_vocab)
         self.ignore_merges = spec.ignore_merges
         self.strings = {i: s for s, i in spec.vocab.items()}
@@ -49,9 +47,17 @@ class BPEPairs:
             key = (ids[u], ids[v])
             if key not in self.ranks:
                 self.ranks[key] = (rank, ids[u + v])
-        # merges-only BPE (no ignore_merges): what bigram validity is about
-        self._merges_only = models.BPE(spec.vocab, spec.merges, ignore_merges=False)
+        # Merges-only BPE (no ignore_merges): what bigram validity is about. Without
+        # ignore_merges that is the tokenizer's own model; with it, :func:`_bpe` on the
+        # bytes (building a second Rust model would hold the GIL ~0.2 s for Llama-3,
+        # freezing the event loop whatever thread builds the filter).
+        self._merges_only = None if spec.ignore_merges else spec.backend.model
         self._full = spec.backend.model
+        self._byte_vocab = byte_vocab
+        self._byte_id: dict[int, int] = {}
+        for s, i in ids.items():
+            if len(s) == 1 and i < self.n and len(byte_vocab[i]) == 1:
+                self._byte_id[byte_vocab[i][0]] = i  # as _derive reads them
         self.left = np.full(self.n, -1, dtype=np.int64)
         self.right = np.full(self.n, -1, dtype=np.int64)
         self.rank = np.full(self.n, -1, dtype=np.int64)
@@ -96,7 +102,7 @@ class BPEPairs:
                 continue
             made = makers.get(tid, [])
             if len(made) == 1:
-                if [t.id for t in self._merges_only.tokenize(s)] == [tid]:
+                if self._merged(s, data) == [tid]:
                     self.derivable[tid] = True
                     self.left[tid], self.right[tid], self.rank[tid] = made[0]
                 continue
@@ -181,7 +187,16 @@ class BPEPairs:
         if len(ids) == 1:
             return bool(self.derivable[ids[0]])
         text = "".join(self.strings[i] for i in ids)
-        return [t.id for t in self._merges_only.tokenize(text)] == list(ids)
+        data = b"".join(bytes(self._byte_vocab[i]) for i in ids)
+        return self._merged(text, data) == list(ids)
+
+    def _merged(self, text: str, data: bytes) -> list[int]:
+        """Merges-only BPE of one word (``text``: its vocabulary string; ``data``: bytes)."""
+        if self._merges_only is not None:
+            return [t.id for t in self._merges_only.tokenize(text)]
+        if any(b not in self._byte_id for b in data):
+            return []  # a byte no token spells: merges make nothing of it
+        return _bpe([self._byte_id[b] for b in data], self.ranks)[0]
 
     def closed_group(self, ids: list[int]) -> bool:
         """Whether the tokenizer's BPE turns a whole pre-token spelled by ``ids`` into them."""

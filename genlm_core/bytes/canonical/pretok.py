@@ -192,7 +192,7 @@ class CharClasses:
             hits[[m.start() for m in atom.finditer(text)]] = True
             member.append(hits)
         signatures = np.stack(member, axis=1) if member else np.zeros((len(chars), 0), bool)
-        _, first = np.unique(signatures, axis=0, return_index=True)
+        first = _first_of_each_row(signatures)
         ascii_first = {}
         for i in range(0x80):
             ascii_first.setdefault(signatures[i].tobytes(), i)
@@ -393,3 +393,21 @@ def _split(kind: str, arg: Any, text: str, start: int, end: int) -> list[tuple[i
     if cursor < end:
         out.append((cursor, end))
     return out
+
+
+def _first_of_each_row(rows: np.ndarray) -> np.ndarray:
+    """Index of the first occurrence of each distinct row of a boolean matrix.
+
+    ``np.unique(rows, axis=0)`` sorts rows as opaque records in one call that holds
+    the GIL (~0.2 s for the 196k characters of planes 0-2), freezing the event loop
+    while a filter is built in a worker thread; packed into integers the rows sort as
+    one key each, in milliseconds.
+    """
+    packed = np.packbits(rows, axis=1)
+    if packed.shape[1] <= 8:
+        keys = np.zeros((len(rows), 8), dtype=np.uint8)
+        keys[:, : packed.shape[1]] = packed
+        _, first = np.unique(keys.view(np.uint64).ravel(), return_index=True)
+        return first
+    _, first = np.unique(packed, axis=0, return_index=True)  # over 64 regex atoms
+    return first
