@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from genlm_core.bytes.byte_lm.exact_plan import Spellings, can_go_on
+from genlm_core.bytes.byte_lm.exact_plan import Spellings, can_go_on, goes_on_longer
 
 __all__ = ["LOOKAHEAD_BYTES", "WINDOW_BYTES", "PlanNode", "windowed_plan"]
 
@@ -89,16 +89,6 @@ class PlanNode:
     def n_tokens(self) -> int:
         """How many token ids the context has."""
         return len(self.prefix) + len(self.tail)
-
-
-class _Probe:
-    """What :func:`.exact_plan.can_go_on` reads of a node (its ``lm_state`` and end)."""
-
-    __slots__ = ("canon", "end", "lm_state", "pending")
-
-    def __init__(self, canon: Any, pending: Any, end: int) -> None:
-        self.canon, self.pending, self.end = canon, pending, end
-        self.lm_state = self
 
 
 async def windowed_plan(
@@ -220,7 +210,7 @@ def _grow(
 ) -> None:
     """Add ``node``'s children: canonical tokens ending inside ``text`` that can go on.
 
-    The same children, in the same order, as :func:`.exact_plan.plan`'s.
+    The same children, in the same order, as a plan of the whole text would give.
     """
     start = max(node.end, 0)
     first = start if partial else start + 1  # a read partial token may end right here
@@ -231,7 +221,8 @@ def _grow(
             if not canon.valid_next(node.pending, token):
                 continue
             pending = canon.extend(node.pending, token)
-            if stop == len(text) or can_go_on(_Probe(canon, pending, stop), text, spell):
+            ahead = text[stop : stop + spell.longest]  # all can_go_on reads: no copy of the rest
+            if stop == len(text) or can_go_on(canon, pending, ahead, spell):
                 child = PlanNode(
                     node.prefix, (*node.tail, token), pending, stop, parent=node, token=token
                 )
@@ -259,13 +250,8 @@ def _prune(
 
 def _runs_past(node: PlanNode, text: bytes, spell: Spellings, canon: Any) -> bool:
     """Whether a canonical next token after ``node`` spells the rest of ``text`` and more."""
-    rest = text[node.end :]
-    if len(rest) >= spell.longest:
-        return False
-    longer = spell.longer(rest)
-    if len(longer) > 32:
-        return bool(canon.mask(node.pending)[longer].any())
-    return any(canon.valid_next(node.pending, t) for t in longer)
+    rest = text[node.end : node.end + spell.longest]
+    return len(rest) < spell.longest and goes_on_longer(canon, node.pending, rest, spell)
 
 
 def _walk(tops: list[PlanNode], stop: int) -> Iterator[PlanNode]:

@@ -129,7 +129,8 @@ def test_memory_does_not_grow_with_the_text(tmp_path):
 
 async def _unwindowed_log_z(llm, data):
     """Main's prefill, verbatim in substance: the whole plan, every row, then the sums."""
-    from genlm_core.bytes.byte_lm.exact_plan import plan, walk
+    from whole_text_plan import plan, walk
+
     from genlm_core.bytes.probs import logsumexp
 
     state = await ExactByteState.initial(llm)
