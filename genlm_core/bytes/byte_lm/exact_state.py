@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM, initial_token_ids
+from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
 from genlm_core.bytes.byte_lm.off_loop import build_once, locked
 from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
-from genlm_core.bytes.canonical import EMPTY, CanonicalFilter, Pending
+from genlm_core.bytes.canonical import CanonicalFilter, Pending
 from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
 
 __all__ = [
@@ -153,16 +153,6 @@ def shared_exact_trie(llm: Any, eos_byte_strings: set[bytes]) -> AsyncTokenByteT
             Float64TokenByteTrie(llm.byte_vocab, eos_byte_strings=set(key))
         )
     return trie
-
-
-def initial_context(
-    llm: Any, canon: CanonicalFilter, context: list[int] | None = None
-) -> CanonicalTokenizedLM:
-    """The context ``context`` (default: the model's start token, its BOS else its EOS).
-
-    What is read after it is tokenized as a text of its own (as after a BOS token).
-    """
-    return CanonicalTokenizedLM(llm, initial_token_ids(llm, context), canon, EMPTY)
 
 
 async def shared_filter_async(llm: Any) -> CanonicalFilter:
