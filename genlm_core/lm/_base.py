@@ -15,12 +15,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from genlm_core._validation import is_int_at_least, is_integer
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
 from genlm_core.lm._adapters import AdapterTable, LoraAdapters
-from genlm_core.lm._requests import PrefixRequest, Request
+from genlm_core.lm._requests import PrefixRequest, Request, token_ids_key
 from genlm_core.lm._sampling import Sampling
 from genlm_core.runtime import ComputeGate
 from genlm_core.tokenization import Token, decode_vocab
@@ -205,9 +206,8 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
                 f"token_ids has {len(ids)} tokens, more than the model's context of "
                 f"{limit} positions; shorten the prompt to at most {limit} tokens"
             )
-        # Fast path, on every call of a sampler: plain ints, all in range.
-        if all(type(t) is int for t in ids) and 0 <= min(ids) and max(ids) < n:
-            return ids
+        if _plain_ids_in_range(ids, n):  # the fast path, on every call of a sampler
+            return token_ids_key(ids)
         for pos, t in enumerate(ids):
             if not is_integer(t):
                 raise InvalidTokenIdsError(
@@ -220,7 +220,7 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
                 )
         if any(type(t) is not int for t in ids):
             ids = tuple(int(t) for t in ids)
-        return ids
+        return token_ids_key(ids)
 
     def make_request(self, token_ids: Any, lora_name: str | None = None) -> Request:
         """Validate a call's arguments into a hashable :class:`Request`."""
@@ -369,3 +369,21 @@ def _stack(outs: Sequence[torch.Tensor], width: int, device: torch.device) -> to
     if not outs:
         return torch.empty((0, width), dtype=torch.float32, device=device)
     return torch.stack(list(outs))
+
+
+def _plain_ids_in_range(ids: tuple[Any, ...], n: int) -> bool:
+    """Whether every id is a plain ``int`` in ``[0, n)``.
+
+    Short prompts (a sampler's every call) take a generator and ``min``/``max``
+    (~1 us); long ones C loops and NumPy, ~20 ns a token: a 250k-token context (a 1 MB
+    text) in ~5 ms, half the generator's time.
+    """
+    if len(ids) < 512:
+        return all(type(t) is int for t in ids) and 0 <= min(ids) and max(ids) < n
+    if list(map(type, ids)).count(int) != len(ids):
+        return False
+    try:
+        array = np.fromiter(ids, dtype=np.int64, count=len(ids))
+    except OverflowError:
+        return False
+    return bool(array.min() >= 0 and array.max() < n)

@@ -257,14 +257,13 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             A float32 tensor on :attr:`row_device` of shape
             ``(len(token_ids) - start, len(byte_vocab))``.
         """
-        req, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
+        req, prefixes, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
             first = missing[0]  # cached leading rows are not asked for again
             computed = await self._batcher().submit(_from(req, first))
             return _after(rows[:first], computed)
-        prefixes = req.prefixes()
         computed = await self._batcher().submit_many([prefixes[i] for i in missing])
         for i, row in zip(missing, computed, strict=True):
             rows[i] = row
@@ -274,7 +273,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
     ) -> torch.Tensor:
         """Synchronous :meth:`prefix_next_token_logprobs`, computed in the calling thread."""
-        req, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
+        req, prefixes, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
@@ -282,7 +281,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             (computed,) = raise_failures(self._batch_fn([_from(req, first)]))
             return _after(rows[:first], computed)
         return self.batch_next_token_logprobs_sync(
-            [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
+            [p.token_ids for p in prefixes], lora_name=req.lora_name
         )
 
     def _no_rows(self) -> torch.Tensor:
@@ -291,15 +290,15 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
 
     def _prefix_lookup(
         self, token_ids: Sequence[int], lora_name: str | None, start: int
-    ) -> tuple[PrefixRequest, list[torch.Tensor | None], list[int]]:
-        """The checked request, its rows found in the output cache, and the missing indices."""
+    ) -> tuple[PrefixRequest, list[Request], list[torch.Tensor | None], list[int]]:
+        """The checked request, its prefixes, their cached rows, and the missing indices."""
         req = self.make_prefix_request(token_ids, lora_name, start)
         prefixes = req.prefixes()
         if self.cache is None:
             rows: list[torch.Tensor | None] = [None] * len(prefixes)
         else:
             rows = [self.cache.get(prefix) for prefix in prefixes]
-        return req, rows, [i for i, row in enumerate(rows) if row is None]
+        return req, prefixes, rows, [i for i, row in enumerate(rows) if row is None]
 
     def clear_cache(self) -> None:
         """Drop every cached output.
