@@ -371,36 +371,45 @@ async def _entries(
     within ``CALL_ROW_BYTES`` of rows and ``CALL_TOKEN_IDS`` token ids (a window of a
     short text is one call of each), and its rows are let go once read.
     """
-    by_context: dict[tuple[int, ...], list[PlanNode]] = {}
+    # Nodes with the same context share a row. A context is keyed by its shared
+    # prefix list (by identity) and its tail: no copy or hash of its token ids, which
+    # grow with the text (a 1 MB text: 250k of them per context).
+    by_context: dict[tuple[int, tuple[int, ...]], list[PlanNode]] = {}
     for node in nodes:
-        by_context.setdefault(tuple(node.context), []).append(node)
+        by_context.setdefault(_key(node), []).append(node)
     out: dict[int, list[float]] = {}
 
-    def read(context: tuple[int, ...], row: Any) -> None:
-        for node in by_context.pop(context, ()):
+    def read(key: tuple[int, tuple[int, ...]], row: Any) -> None:
+        for node in by_context.pop(key, ()):
             out[id(node)] = row[[c.token for c in node.children]].tolist()
 
     width = max(1, len(llm.byte_vocab)) * 4
     prefix = getattr(llm, "prefix_next_token_logprobs", None)
     if prefix is not None and len(chain) > 1:
         sequence = chain[-1].context
-        start = chain[0].n_tokens - 1
+        start = chain[0].n_tokens - 1  # row i of a call from lo is chain[lo + i - start]
         step = _rows_per_call(width, len(sequence))
         for lo in range(start, len(sequence), step):
             hi = min(len(sequence), lo + step)
             rows = await prefix(sequence[:hi], start=lo)
             for i, row in enumerate(rows):
-                read(tuple(sequence[: lo + i + 1]), row)
+                read(_key(chain[lo + i - start]), row)
             del rows
     rest = list(by_context)
     while rest:
-        step = _rows_per_call(width, max(len(c) for c in rest[:4096]))
+        longest = max(len(by_context[k][0].prefix) + len(k[1]) for k in rest[:4096])
+        step = _rows_per_call(width, longest)
         batch, rest = rest[:step], rest[step:]
-        rows = await llm.batch_next_token_logprobs([list(c) for c in batch])
-        for context, row in zip(batch, rows, strict=True):
-            read(context, row)
+        rows = await llm.batch_next_token_logprobs([by_context[k][0].context for k in batch])
+        for key, row in zip(batch, rows, strict=True):
+            read(key, row)
         del rows
     return out
+
+
+def _key(node: PlanNode) -> tuple[int, tuple[int, ...]]:
+    """A node's context as a cheap key: its prefix list's identity and its tail."""
+    return id(node.prefix), node.tail
 
 
 def _rows_per_call(row_bytes: int, n_tokens: int) -> int:
