@@ -10,7 +10,6 @@ OutputCache. Core tests and the conformance suite use it; it is also the built-i
 from __future__ import annotations
 
 import hashlib
-import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -108,9 +107,18 @@ class MockAsyncLM(GenlmBackendCompat, BatchedAsyncLM):
 
 
 def _seed(req: Request, adapter: bytes | None) -> int:
-    digest = hashlib.blake2b(struct.pack(f"<{len(req.token_ids)}q", *req.token_ids), digest_size=8)
-    if adapter is not None:
-        digest.update(b"\0lora\0" + adapter)
+    """A 64-bit seed from the prompt (and the adapter's bytes).
+
+    The prompt's part is Python's hash of its tuple of ints: the same in every process
+    (ints and tuples of them are not salted) and a C loop, ~1.5 ns a token, so a
+    250k-token context (a 1 MB text) costs the mock 0.4 ms, not the 5 ms of packing
+    and digesting its bytes.
+    """
+    seed = hash(req.token_ids) & 0xFFFF_FFFF_FFFF_FFFF
+    if adapter is None:
+        return seed
+    digest = hashlib.blake2b(seed.to_bytes(8, "little"), digest_size=8)
+    digest.update(b"\0lora\0" + adapter)
     return int.from_bytes(digest.digest(), "little")
 
 

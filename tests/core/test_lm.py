@@ -2,6 +2,9 @@
 
 import asyncio
 import gc
+import os
+import subprocess
+import sys
 import threading
 import weakref
 
@@ -355,3 +358,27 @@ def test_output_cache_budget_counts_long_contexts(tokenizer):
     assert held <= budget, f"{info['entries']} cached prompts hold {held} bytes > {budget}"
     assert held <= info["bytes"] <= budget
     lm.cleanup()
+
+
+def test_mock_rows_are_the_same_in_every_process(tokenizer):
+    """The mock seeds from the prompt's hash: ints and their tuples are never salted."""
+    code = (
+        "from genlm_core.testing import ByteTokenizer, MockAsyncLM\n"
+        "lm = MockAsyncLM(ByteTokenizer())\n"
+        "print(lm.next_token_logprobs_sync([1, 2, 3] * 100)[:4].tolist())\n"
+        "lm.cleanup()\n"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "12345", "random")
+    }
+    lm = MockAsyncLM(tokenizer)
+    here = str(lm.next_token_logprobs_sync([1, 2, 3] * 100)[:4].tolist())
+    lm.cleanup()
+    assert outs == {here + "\n"}
