@@ -143,7 +143,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per case")
     args = parser.parse_args()
     if args.cache_mib is not None:
-        os.environ["BENCH_CACHE_MIB"] = str(args.cache_mib)  # the cases' subprocesses
+        global CACHE_MIB
+        CACHE_MIB = args.cache_mib  # this process (--case) and the cases' subprocesses
+        os.environ["BENCH_CACHE_MIB"] = str(args.cache_mib)
     if args.case:
         path, model, n = args.case
         print(json.dumps(asyncio.run(run_case(path, model, int(n)))))
@@ -167,8 +169,13 @@ def main() -> int:
         print(f"{out['case']:<22} {out['peak_mib']:>7.0f} MiB {out['seconds']:>9.1f}  {extra}")
         if path == "ll" and model == "mock":
             peaks.append(out["peak_mib"])
-        if out.get("unwindowed_diff", 0.0) > 1e-9:
-            print("  differs from the unwindowed result")
+        diff = out.get("unwindowed_diff", 0.0)
+        # The mock's rows do not depend on the batch: the sums must agree to 1e-9. A
+        # real model's float32 forwards of other shapes (a prefix forward of the whole
+        # text against one per window) differ in the last bits: 1e-7 relative.
+        allowed = 1e-9 if model == "mock" else 1e-7 * abs(out["logprob"])
+        if diff > allowed:
+            print(f"  differs from the unwindowed result by {diff:.3g} (allowed {allowed:.3g})")
             failed = True
         sys.stdout.flush()
     if len(peaks) > 1:
