@@ -21,7 +21,7 @@ import torch
 from genlm_core._validation import is_int_at_least, is_integer
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
 from genlm_core.lm._adapters import AdapterTable, LoraAdapters
-from genlm_core.lm._requests import PrefixRequest, Request, token_ids_key
+from genlm_core.lm._requests import LONG_PROMPT, PrefixRequest, Request, token_ids_key
 from genlm_core.lm._sampling import Sampling
 from genlm_core.runtime import ComputeGate
 from genlm_core.tokenization import Token, decode_vocab
@@ -378,7 +378,7 @@ def _plain_ids_in_range(ids: tuple[Any, ...], n: int) -> bool:
     (~1 us); long ones C loops and NumPy, ~20 ns a token: a 250k-token context (a 1 MB
     text) in ~5 ms, half the generator's time.
     """
-    if len(ids) < 512:
+    if len(ids) < LONG_PROMPT:
         return all(type(t) is int for t in ids) and 0 <= min(ids) and max(ids) < n
     if list(map(type, ids)).count(int) != len(ids):
         return False
