@@ -142,6 +142,7 @@ async def test_a_windows_nodes_are_freed_without_the_collector(llm, eos, monkeyp
     monkeypatch.setattr(exact_prefill, "LOOKAHEAD_BYTES", 32)
     state = await ExactByteState.initial(llm, eos_byte_strings=eos)
     await state.prefill(b"warm up")
+
     def plan_nodes() -> int:
         return sum(type(o) is exact_prefill.PlanNode for o in gc.get_objects())
 
