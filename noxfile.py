@@ -304,6 +304,7 @@ BENCH_STACKS = {
         "bench_hf",
         "bench_bytes",
         "bench_long_texts",
+        "bench_first_byte",
     ),
     "mlx": ("bench_mlx",),
     "vllm": ("bench_vllm",),
