@@ -397,8 +397,7 @@ async def _entries(
             del rows
     rest = list(by_context)
     while rest:
-        longest = max(len(by_context[k][0].prefix) + len(k[1]) for k in rest[:4096])
-        step = _rows_per_call(width, longest)
+        step = _rows_per_call(width, max(by_context[k][0].n_tokens for k in rest[:4096]))
         batch, rest = rest[:step], rest[step:]
         rows = await llm.batch_next_token_logprobs([by_context[k][0].context for k in batch])
         for key, row in zip(batch, rows, strict=True):
