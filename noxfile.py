@@ -1,7 +1,7 @@
 """Test, lint, benchmark and demo sessions.
 
 ``nox`` runs the default sessions, which is what the README's test command and CI
-run: lint, core, plugin-author, hf, vllm, mlx, sgl. ``nox -s bench [-- --quick]``,
+run: lint, core, plugin-author, docs, hf, vllm, mlx, sgl. ``nox -s bench [-- --quick]``,
 ``nox -s demo``, ``nox -s demo-bytes``, ``nox -s install`` (README's install section
 in a fresh venv), ``nox -s build`` (the five distributions built into ``dist/``,
 checked and installed from there) and ``nox -s lowest`` (each distribution at its
@@ -49,7 +49,7 @@ import nox
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "virtualenv"
 nox.options.reuse_venv = "yes"
-nox.options.sessions = ["lint", "core", "plugin-author", "hf", "vllm", "mlx", "sgl"]
+nox.options.sessions = ["lint", "core", "plugin-author", "docs", "hf", "vllm", "mlx", "sgl"]
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
@@ -67,6 +67,7 @@ LINT_PATHS = (
     "examples",
     "conftest.py",
     "noxfile.py",
+    "docs/_site_hooks.py",
 )
 
 #: genlm-backend's client whose imports must keep working through the rename; it imports
@@ -170,6 +171,20 @@ def plugin_author(session: nox.Session) -> None:
     session.install("--no-deps", "--force-reinstall", "./tests/plugins/genlm_dummy")
     declare_installed(session, "genlm_dummy")
     session.run("pytest", "tests/plugin_author", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site into site/ (mkdocs, warnings as errors), checked in Chromium."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "docs"), *TEST_DEPS)
+    session.run("mkdocs", "build", "--strict", "--clean", env={"NO_MKDOCS_2_WARNING": "1"})
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        if os.geteuid() != 0:
+            session.error("tests/docs needs headless Chromium: sudo apt-get install chromium")
+        apt = ("apt-get", "-q", "-y", "-o", "DPkg::Lock::Timeout=300")
+        session.run(*apt, "update", external=True, silent=True)
+        session.run(*apt, "install", "--no-install-recommends", "chromium", external=True)
+    session.run("pytest", "--noconftest", "tests/docs", *session.posargs)  # no genlm import
 
 
 def declare_installed(session: nox.Session, *modules: str) -> None:

@@ -24,9 +24,8 @@ class Token(bytes):
     As in genlm-backend, ``hash`` is always the id's, so a set or dict key should hold
     either Tokens or plain bytes, not a mix (use :meth:`as_bytes` to normalize).
 
-    Args:
-        token_id: The token's id (its index in the model's logits).
-        byte_string: The bytes this token stands for.
+    Built as ``Token(token_id, byte_string)``: the token's id (its index in the model's
+    logits) and the bytes it stands for.
 
     Raises:
         TypeError: ``token_id`` is not an int or ``byte_string`` is not bytes.

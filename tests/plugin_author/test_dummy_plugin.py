@@ -4,7 +4,7 @@
 discovery through its entry point, the allow and deny lists, and the exact
 log-probabilities of its bigram model. The standard AsyncLMConformance suite is the
 distribution's own test (tests/plugins/genlm_dummy/tests/test_dummy.py), which
-test_plugin_docs.py runs in a fresh venv built from docs/plugins.md.
+test_plugin_docs.py runs in a fresh venv built from docs/plugin-quickstart.md.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_trie_listed_with_distribution():
     assert (trie["distribution"], trie["version"], trie["plugin"]) == (
         "genlm-dummy",
         "0.1.0",
-        "dummy",
+        "dummy-trie",  # the entry-point name in genlm.tries
     )
     assert (trie["kind"], trie["auto"], trie["available"]) == ("character", False, True)
 

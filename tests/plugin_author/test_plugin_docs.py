@@ -1,4 +1,7 @@
-"""docs/plugins.md stays true: every Python and TOML block is a file, an excerpt, or run here.
+"""The plugin pages stay true: every Python and TOML block is a file, an excerpt, or run here.
+
+The pages are docs/plugin-quickstart.md (the whole example plugin, at most 150 lines)
+and docs/plugins.md (the reference).
 
 A block is preceded by one of ``<!-- file: PATH -->`` (the block is that whole file),
 ``<!-- excerpt: PATH -->`` (the block appears in that file) or ``<!-- test: NAME -->``
@@ -32,18 +35,29 @@ from genlm_core.plugins import Availability, BackendSpec, hookimpl
 from genlm_core.testing import LoraConformance
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "plugins.md"
+QUICKSTART = ROOT / "docs" / "plugin-quickstart.md"
+DOCS = (QUICKSTART, ROOT / "docs" / "plugins.md")
+#: The issue's bar for the quickstart: the backend, its entry point, the conformance suite.
+QUICKSTART_LINES = 150
 EXAMPLE = ROOT / "tests" / "plugins" / "genlm_dummy"
 BLOCK = re.compile(r"(?:<!-- (file|excerpt|test): (\S+) -->\n)?```(\w*)\n(.*?)```", re.DOTALL)
 
 
-def blocks() -> list[tuple[str | None, str | None, str, str]]:
-    return [m.groups() for m in BLOCK.finditer(DOC.read_text())]
+def blocks(pages=DOCS) -> list[tuple[str | None, str | None, str, str]]:
+    return [m.groups() for page in pages for m in BLOCK.finditer(page.read_text())]
 
 
 def code_block(name: str) -> str:
     (body,) = [body for kind, arg, _, body in blocks() if (kind, arg) == ("test", name)]
     return body
+
+
+def test_the_quickstart_is_short_and_holds_the_backend():
+    lines = QUICKSTART.read_text().splitlines()
+    assert len(lines) <= QUICKSTART_LINES, f"{len(lines)} lines; the bar is {QUICKSTART_LINES}"
+    quoted = {arg for kind, arg, _, _ in blocks((QUICKSTART,)) if kind == "file"}
+    for name in ("pyproject.toml", "src/genlm_dummy/lm.py", "tests/test_dummy.py"):
+        assert str((EXAMPLE / name).relative_to(ROOT)) in quoted
 
 
 def test_every_code_block_is_checked():
@@ -127,7 +141,7 @@ def test_select_hook_example(plugin_manager, register_plugin):
 def test_the_example_builds_from_the_page_alone(tmp_path):
     project = tmp_path / "genlm-dummy"
     prefix = str(EXAMPLE.relative_to(ROOT)) + "/"
-    for kind, path, _, body in blocks():
+    for kind, path, _, body in blocks():  # the quickstart, and the reference's trie module
         if kind == "file" and path.startswith(prefix):
             target = project / path.removeprefix(prefix)
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ module never imports torch or transformers.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -30,6 +30,12 @@ __all__ = [
     "PrefixKVCache",
     "__version__",
 ]
+
+
+if TYPE_CHECKING:  # what static tools (type checkers, the docs' API pages) see
+    from genlm_hf.errors import MissingDependencyError, ModelLoadError
+    from genlm_hf.kvcache import KVCacheStats, PrefixKVCache
+    from genlm_hf.lm import AsyncTransformer
 
 
 def __getattr__(name: str) -> Any:

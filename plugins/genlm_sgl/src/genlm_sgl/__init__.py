@@ -10,13 +10,18 @@ never imports sglang.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 __all__ = ["AsyncSGLServerLM", "AsyncSGLTransformer", "__version__"]
 
 _LAZY = {"AsyncSGLTransformer": "genlm_sgl.lm", "AsyncSGLServerLM": "genlm_sgl.server"}
+
+
+if TYPE_CHECKING:  # what static tools (type checkers, the docs' API pages) see
+    from genlm_sgl.lm import AsyncSGLTransformer
+    from genlm_sgl.server import AsyncSGLServerLM
 
 
 def __getattr__(name: str) -> Any:

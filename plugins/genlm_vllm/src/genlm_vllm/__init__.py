@@ -7,11 +7,15 @@ Installing this distribution registers the ``vllm`` backend through the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 __all__ = ["AsyncVirtualLM", "__version__"]
+
+
+if TYPE_CHECKING:  # what static tools (type checkers, the docs' API pages) see
+    from genlm_vllm.lm import AsyncVirtualLM
 
 
 def __getattr__(name: str) -> Any:

@@ -1,1 +1,1 @@
-"""genlm-dummy: the worked example of docs/plugins.md, a complete backend plugin."""
+"""genlm-dummy: the worked example of docs/plugin-quickstart.md, a complete backend plugin."""
