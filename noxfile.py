@@ -1,38 +1,7 @@
-"""Test, lint, benchmark and demo sessions.
+"""Test, lint, docs, benchmark and demo sessions: ``nox -l`` lists them.
 
-``nox`` runs the default sessions, which is what the README's test command and CI
-run: lint, core, plugin-author, docs, hf, vllm, mlx, sgl. ``nox -s bench [-- --quick]``,
-``nox -s demo``, ``nox -s demo-bytes``, ``nox -s install`` (README's install section
-in a fresh venv), ``nox -s build`` (the five distributions built into ``dist/``,
-checked and installed from there) and ``nox -s lowest`` (each distribution at its
-dependency floors) run only when named. ``nox -s core -- --slow`` is the thorough (nightly)
-core run: the tests marked ``thorough`` and 10x the hypothesis examples (see conftest.py).
-
-* Every session that installs torch installs ``torch==2.13.0`` first, so no later
-  requirement can pull another (multi-GB CUDA) build: with this machine's pip
-  configuration that pin is the local CPU wheel.
-* Test dependencies come from the root pyproject's ``test`` dependency group, read
-  by ``nox.project.dependency_groups`` (old pips in fresh venvs lack ``--group``).
-* Backend sessions install genlm-core and one plugin and run ``tests/<backend>``. The
-  probe tests run everywhere; engine tests skip with the reason when the engine or
-  the hardware is absent (``cuda``/``apple`` markers). The engine is installed as the
-  plugin's own recipe says for this host (``plugins/genlm_X/src/genlm_X/install.toml``,
-  read by ``genlm_core/plugins/_recipe.py`` loaded by path: the extra, then the steps
-  after it), the recipe ``genlm backends`` gives users. What a session installed is
-  listed in ``GENLM_TEST_INSTALLED``: those modules must import
-  (``tests/shared/session_requires.py``), so a broken engine fails the session
-  instead of skipping its tests.
-* Venvs are reused (``reuse_venv = "yes"``): every install step runs again and only
-  adds or upgrades what is missing, so a reused venv is brought up to date (but keeps
-  packages a previous run added). Delete ``.nox`` to start from scratch.
-* Every pip install is capped by ``tests/constraints.txt`` (``PIP_CONSTRAINT``): per
-  package, the newest version the default sessions last passed with, so a library
-  released since cannot break ``nox`` unseen (transformers 5.24 did: its adapter
-  methods refuse every released peft). ``GENLM_LATEST=1 nox`` runs without the caps;
-  when it is green, ``nox -s freeze`` rewrites the file from the venvs it left.
-* Sessions run with ``HF_HUB_OFFLINE=1``; test sessions also unset the plugin
-  selection variables (GENLM_PLUGINS, GENLM_DISABLE_PLUGINS, GENLM_BACKEND) so
-  results do not depend on the caller's shell.
+``nox`` runs the default sessions, the README's test command and CI. How the sessions
+install and check what they install is in docs/maintainers.md, "Test sessions".
 """
 
 from __future__ import annotations
