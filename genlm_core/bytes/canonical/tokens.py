@@ -112,7 +112,8 @@ def completions(
     pairs: Any,
     classes: Any,
     mixed: dict[int, list[tuple[int, bytes, str]]],
-) -> dict[tuple[int, ...], list[Completion]]:
+    distinct: Any = None,
+) -> dict[tuple[Any, ...], list[Completion]]:
     """Ways to complete ``token``'s partial last character, grouped by class string.
 
     A completion is either bytes finishing the character, tokenized into tokens made
@@ -120,7 +121,10 @@ def completions(
     (``mixed``: by number of continuation bytes, ``(token, its continuation bytes, the
     character)``); each adjacent pair (the token first) is one BPE's merges leave
     alone. At most :data:`WITNESSES` per class string of the completed text, found
-    by trying completing bytes in order (see :func:`_byte_strings`).
+    by trying completing bytes in order (see :func:`_byte_strings`); ``distinct``
+    (completed text -> key, or None) splits the groups further: behind an NFC
+    normalizer, a completion whose characters are not all inert is its own group
+    (whether it keeps text NFC depends on it, :mod:`.nfc`).
     """
     need = _char_length(trail[0]) - len(trail)
     found: dict[tuple[int, ...], list[Completion]] = {}
@@ -130,6 +134,8 @@ def completions(
         except UnicodeDecodeError:
             continue
         k = (classes.of(char, False),)
+        if distinct is not None:
+            k = (*k, distinct(char))
         if len(found.get(k, ())) >= WITNESSES:
             continue
         spelled = _spell(token, rest, byte_ids, pairs)
@@ -144,6 +150,8 @@ def completions(
         except UnicodeDecodeError:
             continue
         k = (classes.of(char, False), classes.of(extra, False))
+        if distinct is not None:
+            k = (*k, distinct(char + extra))
         if len(found.get(k, ())) < WITNESSES:
             found.setdefault(k, []).append(
                 Completion(char + extra, lead + extra.encode(), (other,))
