@@ -127,7 +127,7 @@ def completions(
     (whether it keeps text NFC depends on it, :mod:`.nfc`).
     """
     need = _char_length(trail[0]) - len(trail)
-    found: dict[tuple[int, ...], list[Completion]] = {}
+    found: dict[Any, list[Completion]] = {}
     for rest in _byte_strings(need):
         try:
             char = (trail + rest).decode("utf-8")
@@ -136,11 +136,9 @@ def completions(
         k = (classes.of(char, False),)
         if distinct is not None:
             k = (*k, distinct(char))
-        if len(found.get(k, ())) >= WITNESSES:
-            continue
         spelled = _spell(token, rest, byte_ids, pairs)
-        if spelled is not None:
-            found.setdefault(k, []).append(Completion(char, rest, spelled))
+        if spelled is not None and len(found.get((*k, spelled[0]), ())) < WITNESSES:
+            found.setdefault((*k, spelled[0]), []).append(Completion(char, rest, spelled))
     bad = pairs.invalid_after(token)
     for other, lead, extra in mixed.get(need, ()):
         if bad[other]:
@@ -160,22 +158,18 @@ def completions(
 
 
 def _byte_strings(n: int) -> list[bytes]:
-    """Continuation-byte strings of length ``n`` to try: every byte first, then a spread.
+    """Continuation-byte strings of length ``n`` to try: all for one or two bytes.
 
-    All 64 for one byte; every first byte with 8 (then 4) spread values after it for
-    two (512 of 4096) and three (2048 of 262144): enough to meet every character class
-    the first byte allows, and every pair BPE might merge with the token before.
+    All 64 for one byte and all 4096 for two (a two-byte continuation token may be the
+    only first token BPE leaves alone after the token: Qwen3 writes ``" ⒌"`` as
+    ``" " | "\\xe2" | "\\x92\\x8c"``); for three, every first two bytes with 4 spread
+    values after them (16384 of 262144).
     """
     if n == 1:
         return [bytes([x]) for x in _CONT]
     if n == 2:
-        return [bytes([x, y]) for x in _CONT for y in range(0x80, 0xC0, 8)]
-    return [
-        bytes([x, y, z])
-        for x in _CONT
-        for y in range(0x80, 0xC0, 8)
-        for z in (0x80, 0x8F, 0xA0, 0xBF)
-    ]
+        return [bytes([x, y]) for x in _CONT for y in _CONT]
+    return [bytes([x, y, z]) for x in _CONT for y in _CONT for z in (0x80, 0x8F, 0xA0, 0xBF)]
 
 
 def _spell(
