@@ -120,8 +120,10 @@ def completions(
     only of continuation bytes, or one token that finishes it and adds one character
     (``mixed``: by number of continuation bytes, ``(token, its continuation bytes, the
     character)``); each adjacent pair (the token first) is one BPE's merges leave
-    alone. At most :data:`WITNESSES` per class string of the completed text, found
-    by trying completing bytes in order (see :func:`_byte_strings`); ``distinct``
+    alone. At most :data:`WITNESSES` per class string of the completed text and first
+    completing token (whether the tokens before it merge with it depends on that
+    token), found by trying completing bytes in order (see :func:`_byte_strings`);
+    ``distinct``
     (completed text -> key, or None) splits the groups further: behind an NFC
     normalizer, a completion whose characters are not all inert is its own group
     (whether it keeps text NFC depends on it, :mod:`.nfc`).
@@ -158,11 +160,11 @@ def completions(
 
 
 def _byte_strings(n: int) -> list[bytes]:
-    """Continuation-byte strings of length ``n`` to try: all for one or two bytes.
+    r"""Continuation-byte strings of length ``n`` to try: all for one or two bytes.
 
     All 64 for one byte and all 4096 for two (a two-byte continuation token may be the
     only first token BPE leaves alone after the token: Qwen3 writes ``" ⒌"`` as
-    ``" " | "\\xe2" | "\\x92\\x8c"``); for three, every first two bytes with 4 spread
+    ``" " | "\xe2" | "\x92\x8c"``); for three, every first two bytes with 4 spread
     values after them (16384 of 262144).
     """
     if n == 1:
