@@ -120,34 +120,40 @@ class CanonicalFilter:
             if t is not None and t.lead and len(t.text) == 1 and not t.trail:
                 mixed.setdefault(len(t.lead), []).append((i, t.lead, t.text))
         self._trail: dict[int, dict[tuple[int, ...], list[Any]]] = {}
-        entries = []  # (token, class string of its text + completed char, completion)
+        entries = []  # (token, class string of its text + completed char, completion, closed)
+        # entries alike for the mask (same token, class string, closure, NFC behaviour, and
+        # bytes no underivable entry ends with) are kept once; _trail keeps every witness
+        hit_bytes = {b[j:] for b in self.pairs.underivable_bytes for j in range(len(b))}
+        seen = set()
         for i, t in enumerate(self.texts):
             if t is None or not t.trail:
                 continue
-            found = completions(
-                i,
-                t.trail,
-                byte_ids,
-                self.pairs,
-                classes,
-                mixed,
-                self.nfc.completion_key if self.nfc else None,
-            )
+            key = self.nfc.completion_key if self.nfc else None
+            found = completions(i, t.trail, byte_ids, self.pairs, classes, mixed, key)
             self._trail[i] = found
             if t.lead:
                 continue  # only after a context ending inside a character: handled there
             for comp_list in found.values():
                 for comp in comp_list:
                     cs = self.strings.id(classes.string(t.text + comp.text, head=reach))
-                    entries.append((i, cs, comp))
+                    closed = self.pairs.closed_group([i, *comp.tokens])
+                    full = self.byte_vocab[i] + comp.rest
+                    alike = (
+                        i,
+                        cs,
+                        closed,
+                        key(comp.text) if key else None,
+                        full if self.spec.ignore_merges and full in hit_bytes else None,
+                    )
+                    if alike not in seen:
+                        seen.add(alike)
+                        entries.append((i, cs, comp, closed))
         self._entry_token = np.asarray([e[0] for e in entries], dtype=np.int64)
         self._entry_cs = np.asarray([e[1] for e in entries], dtype=np.int64)
         self._entry_comp = [e[2] for e in entries]
-        self._entry_closed = np.asarray(
-            [self.pairs.closed_group([i, *c.tokens]) for i, _, c in entries], dtype=bool
-        )
+        self._entry_closed = np.asarray([e[3] for e in entries], dtype=bool)
         self._entry_by_bytes: dict[bytes, list[int]] = {}
-        for k, (i, _, comp) in enumerate(entries):
+        for k, (i, _, comp, _) in enumerate(entries):
             self._entry_by_bytes.setdefault(self.byte_vocab[i] + comp.rest, []).append(k)
         self.lead_ids = [i for i, t in enumerate(self.texts) if t is not None and t.lead]
         self.nfc_rule = None
@@ -155,7 +161,7 @@ class CanonicalFilter:
             self.nfc_rule = NFCRule(
                 self.nfc,
                 [t.text if self.normal[i] else None for i, t in enumerate(self.texts)],
-                [self.texts[i].text + e.text for i, _, e in entries],
+                [self.texts[i].text + e.text for i, _, e, _ in entries],
             )
         self._tokens_of_cs: dict[int, list[int]] = {}
         for i in self.normal_ids.tolist():

@@ -130,6 +130,7 @@ def completions(
     """
     need = _char_length(trail[0]) - len(trail)
     found: dict[Any, list[Completion]] = {}
+    bad = pairs.invalid_after(token)
     for rest in _byte_strings(need):
         try:
             char = (trail + rest).decode("utf-8")
@@ -138,10 +139,12 @@ def completions(
         k = (classes.of(char, False),)
         if distinct is not None:
             k = (*k, distinct(char))
+        first = _first(rest, byte_ids, bad)
+        if first is None or len(found.get((*k, first), ())) >= WITNESSES:
+            continue
         spelled = _spell(token, rest, byte_ids, pairs)
         if spelled is not None and len(found.get((*k, spelled[0]), ())) < WITNESSES:
             found.setdefault((*k, spelled[0]), []).append(Completion(char, rest, spelled))
-    bad = pairs.invalid_after(token)
     for other, lead, extra in mixed.get(need, ()):
         if bad[other]:
             continue
@@ -172,6 +175,15 @@ def _byte_strings(n: int) -> list[bytes]:
     if n == 2:
         return [bytes([x, y]) for x in _CONT for y in _CONT]
     return [bytes([x, y, z]) for x in _CONT for y in _CONT for z in (0x80, 0x8F, 0xA0, 0xBF)]
+
+
+def _first(rest: bytes, byte_ids: dict[bytes, int], bad: Any) -> int | None:
+    """The longest token starting ``rest`` that may follow (the first :func:`_spell` tries)."""
+    for end in range(len(rest), 0, -1):
+        t = byte_ids.get(rest[:end])
+        if t is not None and not bad[t]:
+            return t
+    return None
 
 
 def _spell(
