@@ -56,7 +56,9 @@ async def run_one(name: str) -> dict[str, object]:
     llm = _model(name)
     started = time.perf_counter()
     try:
-        state = await ExactByteState.initial(llm)
+        # DeepSeek-V4's tokenizer names no BOS or EOS: start from its begin-of-sentence
+        start = {"initial_context": [0]} if name == "deepseek" else {}
+        state = await ExactByteState.initial(llm, **start)
     except CanonicalityUnsupportedError as exc:
         return {"name": name, "refused": str(exc).splitlines()[0][:160]}
     built = time.perf_counter()

@@ -33,7 +33,7 @@ from genlm_core.bytes.canonical.bpe import BPEPairs
 from genlm_core.bytes.canonical.limits import straddle_depth
 from genlm_core.bytes.canonical.nfc import NFC, NFCRule, inert_representatives
 from genlm_core.bytes.canonical.pending import EMPTY, Pending, missing_bytes
-from genlm_core.bytes.canonical.pretok import Pretokenizer
+from genlm_core.bytes.canonical.pretok import PROBE_CHARS, Pretokenizer, verification_texts
 from genlm_core.bytes.canonical.spec import read_spec
 from genlm_core.bytes.canonical.tables import (
     PendingTable,
@@ -75,7 +75,7 @@ class CanonicalFilter:
         self.classes = self.pretok.classes
         self.strings = TokenClassStrings()
         self._analyse_tokens()
-        self.pretok.verify(self.spec.backend, self._verification_texts())
+        self.pretok.verify(self.spec.backend, verification_texts(self.texts, self.classes.reps))
         #: How many tokens ahead a pre-token that must go on is followed (exact: see
         #: :mod:`.limits`).
         self.max_depth = straddle_depth(self.spec, self.pairs, self.pretok, self.texts)
@@ -92,7 +92,7 @@ class CanonicalFilter:
         self.texts = [
             None if i in excluded or not b else split_utf8(b) for i, b in enumerate(self.byte_vocab)
         ]
-        for ch in _PROBE_CHARS:
+        for ch in PROBE_CHARS:
             classes.of(ch)
         classes.enumerate_all()
         if self.nfc:
@@ -166,32 +166,6 @@ class CanonicalFilter:
         self._tokens_of_cs: dict[int, list[int]] = {}
         for i in self.normal_ids.tolist():
             self._tokens_of_cs.setdefault(int(self.cs[i]), []).append(i)
-
-    def _verification_texts(self) -> list[str]:
-        """Texts on which the pre-tokenizer emulation must agree with the tokenizer."""
-        chars = sorted(
-            {ch for t in self.texts if t is not None for ch in t.text} | set(_PROBE_CHARS)
-        )
-        contexts = [
-            "{}",
-            "a{}",
-            "{}a",
-            " {}",
-            "{} ",
-            "{}{}",
-            "1{}",
-            "{}1",
-            "'{}",
-            "{}'s",
-            "\n{}",
-            "{}\n",
-            "  {}x",
-            ".{}.",
-        ]
-        texts = [c.format(ch, ch) for ch in chars for c in contexts]
-        reps = self.classes.reps
-        texts += [a + b + c for a in reps for b in reps for c in ("", "a", " ", "\n")]
-        return texts
 
     # -- contexts --------------------------------------------------------------------
 
@@ -522,20 +496,3 @@ class CanonicalFilter:
         cuts = tuple(b - n for b in self.pretok.boundaries(pending.text) if b < n)
         ok, _ = self._group_ok(pending, (cuts, True))
         return ok
-
-
-#: One character per Unicode category the regexes commonly test, so every class exists.
-_PROBE_CHARS = list("aAzZsStTrReEvVmMlLdD09 \t\n\r\x0b\x0c'\".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`")
-_PROBE_CHARS += [
-    "\u00a0",
-    "\u2003",
-    "\u3000",
-    "\u0301",
-    "é",
-    "中",
-    "😀",
-    "٣",
-    "Ⅳ",
-    "\u200b",
-    "\x85",
-]

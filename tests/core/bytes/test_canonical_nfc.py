@@ -171,3 +171,17 @@ def test_mask_equals_one_token_answers(qwen):
         sample = [*rng.choice(qwen.filter.n, 800, replace=False), *dependent.tolist()]
         wrong = [int(t) for t in sample if bool(mask[t]) != qwen.filter.valid_next(pending, t)]
         assert not wrong, (text, [qwen.byte_vocab[t] for t in wrong[:5]])
+
+
+def test_deepseek_encodings_are_accepted(asset_tokenizer_dir, thorough):
+    """DeepSeek-V4: an empty normalizer Sequence, three Splits, ByteLevel(trim_offsets)."""
+    tok = NFCTok(str(asset_tokenizer_dir("deepseek-v4")))
+    assert tok.filter.nfc is None
+    rng = random.Random(16)
+    pieces = [*ALPHABET, "ひら", "カタ", "123456", "x.Ab", "!?", "\u00a0", "\r\n"]
+    for _ in range(3_000 if thorough else 150):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        ids = tok.encode(text)
+        ok, pending = tok.accepts(ids)
+        assert ok, (text, ids)
+        assert tok.filter.complete(pending), text
