@@ -185,3 +185,27 @@ def test_deepseek_encodings_are_accepted(asset_tokenizer_dir, thorough):
         ok, pending = tok.accepts(ids)
         assert ok, (text, ids)
         assert tok.filter.complete(pending), text
+
+
+def test_the_last_segment_decides_what_keeps_text_nfc(qwen):
+    """``is_nfc(A + D) == is_nfc(segment(A) + D)`` for NFC ``A``; inert characters keep NFC.
+
+    What the filter rests on, on random texts of marks (several classes), starters that
+    compose, Hangul jamo, and characters of planes 0-2 sampled at random.
+    """
+    nfc = qwen.filter.nfc
+    rng = random.Random(17)
+    sampled = [chr(rng.randrange(0x30000)) for _ in range(3000)]
+    sampled = [c for c in sampled if not 0xD800 <= ord(c) < 0xE000]
+    pool = [*"aeoAuxn.1 ", *ALPHABET, "\u0f71", "\u0f72", "\u0b47", "\u0b3e", *sampled[:300]]
+    inert = [c for c in sampled if nfc.inert(c)]
+    checked = 0
+    for _ in range(20_000):
+        a = "".join(rng.choice(pool) for _ in range(rng.randint(0, 5)))
+        if not nfc.is_nfc(a):
+            continue
+        d = "".join(rng.choice(pool) for _ in range(rng.randint(1, 3)))
+        assert nfc.is_nfc(a + d) == nfc.is_nfc(nfc.last_segment(a) + d), (a, d)
+        assert nfc.is_nfc(a + rng.choice(inert)), a
+        checked += 1
+    assert checked > 5000
