@@ -33,7 +33,7 @@ STRINGS = {
     "mark-that-stays": "x\u0301".encode(),  # no precomposed x-acute: NFC
     "hangul-jamo": "\u1112".encode(),  # a leading jamo: a vowel after it would compose
     "utf8-inside": "中\xe9".encode()[:-1],  # ends inside a character
-    "marks-reordered": "a\u0323".encode(),  # a + dot below: NFC is U+1EA1
+    "mark-after-a-composite": "\u1ea1\u0301".encode(),  # a-dot-below + acute: NFC
 }
 #: ``logp_next`` against the oracle costs 30-80 s a string on Qwen3's 151k tokens (the
 #: oracle asks the encoder about every token after every tokenization): thorough only.
