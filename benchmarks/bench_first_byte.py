@@ -32,8 +32,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 BAR_SECONDS = 60.0
 TEXT = b"The quick brown fox jumps over the lazy dog."
-SUPPORTED = ["gpt2", "smollm2", "llama3", "cl100k", "o200k"]
-REFUSED = ["qwen3", "gemma3", "llama2", "mistral"]
+#: Read after TEXT by the tokenizers with a normalizer: precomposed, decomposed (a mark
+#: that stays one: x + acute), Hangul, CJK.
+NFC_TEXT = " Caf\u00e9, x\u0301, \ud55c\uad6d\uc5b4 \u4e2d\u6587.".encode()
+SUPPORTED = ["gpt2", "smollm2", "llama3", "cl100k", "o200k", "qwen3", "deepseek"]
+REFUSED = ["gemma3", "llama2", "mistral"]
 
 
 def _model(name: str):
@@ -53,7 +56,9 @@ async def run_one(name: str) -> dict[str, object]:
     llm = _model(name)
     started = time.perf_counter()
     try:
-        state = await ExactByteState.initial(llm)
+        # DeepSeek-V4's tokenizer names no BOS or EOS: start from its begin-of-sentence
+        start = {"initial_context": [0]} if name == "deepseek" else {}
+        state = await ExactByteState.initial(llm, **start)
     except CanonicalityUnsupportedError as exc:
         return {"name": name, "refused": str(exc).splitlines()[0][:160]}
     built = time.perf_counter()
@@ -62,7 +67,7 @@ async def run_one(name: str) -> dict[str, object]:
     await state.logp_next()
     first = time.perf_counter()
     per_byte = []
-    for byte in TEXT[1:]:
+    for byte in TEXT[1:] + (NFC_TEXT if name in ("qwen3", "deepseek") else b""):
         t0 = time.perf_counter()
         state = await (state << byte)
         await state.logp_next()

@@ -28,6 +28,7 @@ ASSET_ALIASES = {
     "llama2": "llama2",
     "llama3": "llama3",
     "qwen3": "qwen3",
+    "deepseek": "deepseek-v4",
     "gemma3": "gemma3",
     "mistral": "mistral-v1-spm",
     "cl100k": "cl100k",

@@ -16,6 +16,8 @@ token ``d``, whether ``context + [d]`` is canonical, in three steps:
    pre-token that is one vocabulary entry is that token.
 3. **Characters split between tokens** (:mod:`.tokens`): a token that ends inside a
    character counts with the ways the next tokens can complete it.
+4. **Behind an NFC normalizer** (Qwen2, Qwen3; :mod:`.nfc`): the text must stay NFC,
+   judged from the context's last segment (:attr:`Pending.segment`).
 
 It is exact for the pre-tokenizers it accepts (checked against the tokenizer when
 built) and tested against a brute-force oracle that asks the tokenizer's encoder.
@@ -29,8 +31,9 @@ import numpy as np
 
 from genlm_core.bytes.canonical.bpe import BPEPairs
 from genlm_core.bytes.canonical.limits import straddle_depth
+from genlm_core.bytes.canonical.nfc import NFC, NFCRule, inert_representatives
 from genlm_core.bytes.canonical.pending import EMPTY, Pending, missing_bytes
-from genlm_core.bytes.canonical.pretok import Pretokenizer
+from genlm_core.bytes.canonical.pretok import PROBE_CHARS, Pretokenizer, verification_texts
 from genlm_core.bytes.canonical.spec import read_spec
 from genlm_core.bytes.canonical.tables import (
     PendingTable,
@@ -63,6 +66,8 @@ class CanonicalFilter:
 
     def __init__(self, tokenizer: Any, byte_vocab: list[Any]) -> None:
         self.spec = read_spec(tokenizer)
+        #: Behind an NFC normalizer: NFC as the tokenizer computes it (else None).
+        self.nfc = NFC(self.spec.backend.normalizer) if self.spec.normalizer == "NFC" else None
         self.byte_vocab = [bytes(t) for t in byte_vocab]
         self.n = len(self.byte_vocab)
         self.pretok = Pretokenizer(self.spec.splits)
@@ -70,14 +75,14 @@ class CanonicalFilter:
         self.classes = self.pretok.classes
         self.strings = TokenClassStrings()
         self._analyse_tokens()
-        self.pretok.verify(self.spec.backend, self._verification_texts())
+        self.pretok.verify(self.spec.backend, verification_texts(self.texts, self.classes.reps))
         #: How many tokens ahead a pre-token that must go on is followed (exact: see
         #: :mod:`.limits`).
         self.max_depth = straddle_depth(self.spec, self.pairs, self.pretok, self.texts)
         self.tables = Tables(self.pretok, self.strings)
         self._settled: dict[tuple[int, ...], int] = {}
         self._groups: dict[tuple[tuple[int, ...], Any], tuple[bool, tuple[int, ...]]] = {}
-        self._next_cache: dict[tuple[tuple[int, ...], bytes], bool] = {}
+        self._next_cache: dict[tuple[tuple[int, ...], bytes, str], bool] = {}
 
     # -- vocabulary ------------------------------------------------------------------
 
@@ -87,9 +92,11 @@ class CanonicalFilter:
         self.texts = [
             None if i in excluded or not b else split_utf8(b) for i, b in enumerate(self.byte_vocab)
         ]
-        for ch in _PROBE_CHARS:
+        for ch in PROBE_CHARS:
             classes.of(ch)
         classes.enumerate_all()
+        if self.nfc:
+            inert_representatives(self.nfc, classes)
         self.normal = np.zeros(n, dtype=bool)
         self.cs = np.zeros(n, dtype=np.int64)
         for i, t in enumerate(self.texts):
@@ -113,57 +120,52 @@ class CanonicalFilter:
             if t is not None and t.lead and len(t.text) == 1 and not t.trail:
                 mixed.setdefault(len(t.lead), []).append((i, t.lead, t.text))
         self._trail: dict[int, dict[tuple[int, ...], list[Any]]] = {}
-        entries = []  # (token, class string of its text + completed char, completion)
+        entries = []  # (token, class string of its text + completed char, completion, closed)
+        # entries alike for the mask (same token, class string, closure, NFC behaviour, and
+        # bytes no underivable entry ends with) are kept once; _trail keeps every witness
+        hit_bytes = {b[j:] for b in self.pairs.underivable_bytes for j in range(len(b))}
+        seen = set()
         for i, t in enumerate(self.texts):
             if t is None or not t.trail:
                 continue
-            found = completions(i, t.trail, byte_ids, self.pairs, classes, mixed)
+            key = self.nfc.completion_key if self.nfc else None
+            found = completions(i, t.trail, byte_ids, self.pairs, classes, mixed, key)
             self._trail[i] = found
             if t.lead:
                 continue  # only after a context ending inside a character: handled there
             for comp_list in found.values():
                 for comp in comp_list:
                     cs = self.strings.id(classes.string(t.text + comp.text, head=reach))
-                    entries.append((i, cs, comp))
+                    closed = self.pairs.closed_group([i, *comp.tokens])
+                    full = self.byte_vocab[i] + comp.rest
+                    alike = (
+                        i,
+                        cs,
+                        closed,
+                        key(comp.text) if key else None,
+                        full if self.spec.ignore_merges and full in hit_bytes else None,
+                    )
+                    if alike not in seen:
+                        seen.add(alike)
+                        entries.append((i, cs, comp, closed))
         self._entry_token = np.asarray([e[0] for e in entries], dtype=np.int64)
         self._entry_cs = np.asarray([e[1] for e in entries], dtype=np.int64)
         self._entry_comp = [e[2] for e in entries]
-        self._entry_closed = np.asarray(
-            [self.pairs.closed_group([i, *c.tokens]) for i, _, c in entries], dtype=bool
-        )
+        self._entry_closed = np.asarray([e[3] for e in entries], dtype=bool)
         self._entry_by_bytes: dict[bytes, list[int]] = {}
-        for k, (i, _, comp) in enumerate(entries):
+        for k, (i, _, comp, _) in enumerate(entries):
             self._entry_by_bytes.setdefault(self.byte_vocab[i] + comp.rest, []).append(k)
         self.lead_ids = [i for i, t in enumerate(self.texts) if t is not None and t.lead]
+        self.nfc_rule = None
+        if self.nfc:
+            self.nfc_rule = NFCRule(
+                self.nfc,
+                [t.text if self.normal[i] else None for i, t in enumerate(self.texts)],
+                [self.texts[i].text + e.text for i, _, e, _ in entries],
+            )
         self._tokens_of_cs: dict[int, list[int]] = {}
         for i in self.normal_ids.tolist():
             self._tokens_of_cs.setdefault(int(self.cs[i]), []).append(i)
-
-    def _verification_texts(self) -> list[str]:
-        """Texts on which the pre-tokenizer emulation must agree with the tokenizer."""
-        chars = sorted(
-            {ch for t in self.texts if t is not None for ch in t.text} | set(_PROBE_CHARS)
-        )
-        contexts = [
-            "{}",
-            "a{}",
-            "{}a",
-            " {}",
-            "{} ",
-            "{}{}",
-            "1{}",
-            "{}1",
-            "'{}",
-            "{}'s",
-            "\n{}",
-            "{}\n",
-            "  {}x",
-            ".{}.",
-        ]
-        texts = [c.format(ch, ch) for ch in chars for c in contexts]
-        reps = self.classes.reps
-        texts += [a + b + c for a in reps for b in reps for c in ("", "a", " ", "\n")]
-        return texts
 
     # -- contexts --------------------------------------------------------------------
 
@@ -172,6 +174,8 @@ class CanonicalFilter:
         ids = (*pending.ids, int(token))
         data = pending.data + self.byte_vocab[token]
         new = Pending(ids, data, self.byte_vocab)
+        if self.nfc:
+            new.segment = self.nfc.last_segment(pending.segment + new.text[len(pending.text) :])
         if new.partial or not new.text:
             return new
         offset = self._settle(new.text)
@@ -184,6 +188,7 @@ class CanonicalFilter:
                     rest,
                     data[sum(len(self.byte_vocab[t]) for t in ids[: k + 1]) :],
                     self.byte_vocab,
+                    new.segment,
                 )
         return new
 
@@ -307,6 +312,11 @@ class CanonicalFilter:
             hit, ent_hit = self._underivable(tail_bytes)
             valid |= any_bit(tok_bits, bit) & ~bad[ids] & ~hit[ids]
             ent_valid |= any_bit(ent_bits, bit) & ~bad[self._entry_token] & ~ent_hit
+        keeps_nfc = None
+        if self.nfc_rule is not None:
+            keeps_nfc = self.nfc_rule.tokens(pending.segment)[ids]
+            valid &= keeps_nfc
+            ent_valid &= self.nfc_rule.entries(pending.segment)
         out[ids] = valid
         if len(self._entry_token):
             np.logical_or.at(out, self._entry_token, ent_valid)
@@ -315,6 +325,8 @@ class CanonicalFilter:
         maybe = ~valid & any_bit(straddle, good_joined) & self.pairs.derivable[ids]
         if bad is not None:
             maybe |= ~valid & any_bit(straddle, good_open) & ~bad[ids]
+        if keeps_nfc is not None:
+            maybe &= keeps_nfc
         return out, ids[maybe].tolist(), table
 
     def _straddles(self, pending: Pending, table: PendingTable, token: int, depth: int) -> bool:
@@ -341,7 +353,7 @@ class CanonicalFilter:
         context (none does) searches one token deeper, so the depth counts forced
         contexts in a row, which :mod:`.limits` bounds: the answer does not depend on it.
         """
-        key = (pending.ids, pending.data)
+        key = (pending.ids, pending.data, pending.segment)
         hit = self._next_cache.get(key)
         if hit is None:
             if pending.partial:
@@ -382,6 +394,8 @@ class CanonicalFilter:
         if t.lead:
             return False
         if not t.trail:
+            if self.nfc and not self.nfc.is_nfc(pending.segment + t.text):
+                return False
             if self._fits(pending, token, t.text, (token,), bool(self.alone[token])):
                 return True
             table = self.table(pending)
@@ -390,6 +404,8 @@ class CanonicalFilter:
             )
         for comps in self._trail.get(token, {}).values():
             for comp in comps:
+                if self.nfc and not self.nfc.is_nfc(pending.segment + t.text + comp.text):
+                    continue
                 closed = self.pairs.closed_group([token, *comp.tokens])
                 if self._fits(pending, token, t.text + comp.text, (token, *comp.tokens), closed):
                     return True
@@ -433,13 +449,18 @@ class CanonicalFilter:
             return False
         # the split character and the tokens around it share a pre-token
         base = Pending(
-            pending.ids, pending.data[: len(pending.data) - len(pending.partial)], self.byte_vocab
+            pending.ids,
+            pending.data[: len(pending.data) - len(pending.partial)],
+            self.byte_vocab,
+            pending.segment,
         )
         table = self.table(base)
         futures: list[tuple[str, tuple[int, ...]]] = [("", ())]
         if t.trail:
             futures = [(c.text, c.tokens) for cs in self._trail.get(token, {}).values() for c in cs]
         for extra, comp_tokens in futures:
+            if self.nfc and not self.nfc.is_nfc(pending.segment + char + t.text + extra):
+                continue
             bits = table.close(self._cs(char + t.text + extra))
             for k, (cuts, joined) in enumerate(table.structures):
                 if not bits >> k & 1:
@@ -475,20 +496,3 @@ class CanonicalFilter:
         cuts = tuple(b - n for b in self.pretok.boundaries(pending.text) if b < n)
         ok, _ = self._group_ok(pending, (cuts, True))
         return ok
-
-
-#: One character per Unicode category the regexes commonly test, so every class exists.
-_PROBE_CHARS = list("aAzZsStTrReEvVmMlLdD09 \t\n\r\x0b\x0c'\".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`")
-_PROBE_CHARS += [
-    "\u00a0",
-    "\u2003",
-    "\u3000",
-    "\u0301",
-    "é",
-    "中",
-    "😀",
-    "٣",
-    "Ⅳ",
-    "\u200b",
-    "\x85",
-]

@@ -17,13 +17,19 @@ class Pending:
     Args:
         ids: Token ids after the boundary.
         data: Their bytes.
+        segment: Behind an NFC normalizer, the context's text (whole characters) from
+            its last inert character on (:mod:`.nfc`), which may start before the
+            boundary; ``""`` otherwise.
     """
 
-    __slots__ = ("data", "ends", "ids", "partial", "text")
+    __slots__ = ("data", "ends", "ids", "partial", "segment", "text")
 
-    def __init__(self, ids: tuple[int, ...], data: bytes, byte_vocab: list[bytes]) -> None:
+    def __init__(
+        self, ids: tuple[int, ...], data: bytes, byte_vocab: list[bytes], segment: str = ""
+    ) -> None:
         self.ids = ids
         self.data = data
+        self.segment = segment
         ends: list[int | None] = []
         position = 0
         decoded = 0
@@ -40,7 +46,7 @@ class Pending:
         self.partial = partial
 
     def __repr__(self) -> str:
-        return f"Pending({self.ids}, {self.data!r})"
+        return f"Pending({self.ids}, {self.data!r}, segment={self.segment!r})"
 
 
 def _complete_prefix(data: bytes) -> tuple[str, bytes]:

@@ -30,7 +30,7 @@ import regex
 
 from genlm_core.bytes.errors import CanonicalityUnsupportedError
 
-__all__ = ["CharClasses", "Pretokenizer", "parse_pattern"]
+__all__ = ["PROBE_CHARS", "CharClasses", "Pretokenizer", "parse_pattern", "verification_texts"]
 
 _NUMERIC = regex.compile(r"\p{N}")
 _ESCAPED_LITERALS = {"r": "\r", "n": "\n", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}
@@ -411,3 +411,49 @@ def _first_of_each_row(rows: np.ndarray) -> np.ndarray:
         return first
     _, first = np.unique(packed, axis=0, return_index=True)  # over 64 regex atoms
     return first
+
+
+def verification_texts(token_texts: list[Any], reps: list[str]) -> list[str]:
+    """Texts on which the pre-tokenizer emulation must agree with the tokenizer.
+
+    Args:
+        token_texts: The filter's per-token texts (None for tokens never in a text).
+        reps: The character classes' representatives.
+    """
+    chars = sorted({ch for t in token_texts if t is not None for ch in t.text} | set(PROBE_CHARS))
+    contexts = [
+        "{}",
+        "a{}",
+        "{}a",
+        " {}",
+        "{} ",
+        "{}{}",
+        "1{}",
+        "{}1",
+        "'{}",
+        "{}'s",
+        "\n{}",
+        "{}\n",
+        "  {}x",
+        ".{}.",
+    ]
+    texts = [c.format(ch, ch) for ch in chars for c in contexts]
+    texts += [a + b + c for a in reps for b in reps for c in ("", "a", " ", "\n")]
+    return texts
+
+
+#: One character per Unicode category the regexes commonly test, so every class exists.
+PROBE_CHARS = list("aAzZsStTrReEvVmMlLdD09 \t\n\r\x0b\x0c'\".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`")
+PROBE_CHARS += [
+    "\u00a0",
+    "\u2003",
+    "\u3000",
+    "\u0301",
+    "é",
+    "中",
+    "😀",
+    "٣",
+    "Ⅳ",
+    "\u200b",
+    "\x85",
+]

@@ -1,12 +1,14 @@
 """What the exact byte-level LM must know of a tokenizer, read from its ``tokenizer.json``.
 
 Canonicality is decided from the tokenizer's own pieces, never guessed: the BPE merges
-(with ``ignore_merges``), the pre-tokenizer's regexes, and the added tokens. Only
-byte-level BPE without a normalizer is covered (GPT-2, Llama-3, SmolLM2, ...): there
-every text has one tokenization and every byte string is spelled by tokens. Anything
-else (SentencePiece/Metaspace, Unigram, WordPiece, byte fallback, a normalizer that
-rewrites text) raises :class:`~genlm_core.bytes.errors.CanonicalityUnsupportedError`
-naming the tokenizer and the part that is not covered.
+(with ``ignore_merges``), the pre-tokenizer's regexes, and the added tokens. Covered:
+byte-level BPE without a normalizer (GPT-2, Llama-3, SmolLM2, ...), where every text
+has one tokenization and every byte string is spelled by tokens, and byte-level BPE
+behind an NFC normalizer (Qwen2, Qwen3: :mod:`.nfc`); a normalizer that does nothing
+(DeepSeek-V4's empty ``Sequence``) counts as none. Anything else (SentencePiece /
+Metaspace, Unigram, WordPiece, byte fallback, another normalizer) raises
+:class:`~genlm_core.bytes.errors.CanonicalityUnsupportedError` naming the tokenizer
+and the part that is not covered.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class TokenizerSpec:
         splits: Pre-tokenization steps in order: ``("regex", pattern)`` (isolated
             matches) or ``("digits", individual_digits)``.
         added_ids: Ids of added (special) tokens: never part of a canonical text.
+        normalizer: ``"NFC"`` when the tokenizer normalizes text to NFC first, else None.
         backend: The ``tokenizers.Tokenizer`` (its encoder is the reference).
     """
 
@@ -45,6 +48,7 @@ class TokenizerSpec:
     splits: tuple[tuple[str, Any], ...]
     added_ids: frozenset[int]
     backend: Any
+    normalizer: str | None = None
 
 
 def backend_tokenizer(tokenizer: Any) -> Any:
@@ -87,9 +91,7 @@ def read_spec(tokenizer: Any) -> TokenizerSpec:
         or model.get("end_of_word_suffix")
     ):
         _unsupported(name, "its BPE has dropout or word prefixes/suffixes")
-    if config.get("normalizer") is not None:
-        kind = config["normalizer"].get("type")
-        _unsupported(name, f"its normalizer ({kind}) rewrites text before tokenizing")
+    normalizer = _normalizer(name, config.get("normalizer"))
     decoder = (config.get("decoder") or {}).get("type")
     if decoder != "ByteLevel":
         _unsupported(name, f"its decoder is {decoder!r}, not ByteLevel")
@@ -104,7 +106,29 @@ def read_spec(tokenizer: Any) -> TokenizerSpec:
         splits=splits,
         added_ids=added,
         backend=backend,
+        normalizer=normalizer,
     )
+
+
+def _normalizer(name: str, config: Any) -> str | None:
+    """``"NFC"``, or None for no normalizer (or a ``Sequence`` of none); else an error.
+
+    NFC is idempotent, so its tokenizer's encodings are those of NFC texts (:mod:`.nfc`).
+    Other normalizers (NFKC, lowercasing, replacements, SentencePiece's) rewrite text in
+    ways the canonical filter does not model.
+    """
+    if config is None:
+        return None
+    kind = config.get("type")
+    if kind == "Sequence":
+        found = {_normalizer(name, step) for step in config.get("normalizers") or []} - {None}
+        if len(found) > 1:
+            _unsupported(name, f"its normalizer sequence combines {sorted(found)}")
+        return found.pop() if found else None
+    if kind == "NFC":
+        return "NFC"
+    _unsupported(name, f"its normalizer ({kind}) rewrites text before tokenizing")
+    return None
 
 
 def _splits(name: str, pre: Any) -> tuple[tuple[str, Any], ...]:

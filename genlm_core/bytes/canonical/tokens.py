@@ -112,30 +112,39 @@ def completions(
     pairs: Any,
     classes: Any,
     mixed: dict[int, list[tuple[int, bytes, str]]],
-) -> dict[tuple[int, ...], list[Completion]]:
+    distinct: Any = None,
+) -> dict[tuple[Any, ...], list[Completion]]:
     """Ways to complete ``token``'s partial last character, grouped by class string.
 
     A completion is either bytes finishing the character, tokenized into tokens made
     only of continuation bytes, or one token that finishes it and adds one character
     (``mixed``: by number of continuation bytes, ``(token, its continuation bytes, the
     character)``); each adjacent pair (the token first) is one BPE's merges leave
-    alone. At most :data:`WITNESSES` per class string of the completed text, found
-    by trying completing bytes in order (see :func:`_byte_strings`).
+    alone. At most :data:`WITNESSES` per class string of the completed text and first
+    completing token (whether the tokens before it merge with it depends on that
+    token), found by trying completing bytes in order (see :func:`_byte_strings`);
+    ``distinct``
+    (completed text -> key, or None) splits the groups further: behind an NFC
+    normalizer, a completion whose characters are not all inert is its own group
+    (whether it keeps text NFC depends on it, :mod:`.nfc`).
     """
     need = _char_length(trail[0]) - len(trail)
-    found: dict[tuple[int, ...], list[Completion]] = {}
+    found: dict[Any, list[Completion]] = {}
+    bad = pairs.invalid_after(token)
     for rest in _byte_strings(need):
         try:
             char = (trail + rest).decode("utf-8")
         except UnicodeDecodeError:
             continue
         k = (classes.of(char, False),)
-        if len(found.get(k, ())) >= WITNESSES:
+        if distinct is not None:
+            k = (*k, distinct(char))
+        first = _first(rest, byte_ids, bad)
+        if first is None or len(found.get((*k, first), ())) >= WITNESSES:
             continue
         spelled = _spell(token, rest, byte_ids, pairs)
-        if spelled is not None:
-            found.setdefault(k, []).append(Completion(char, rest, spelled))
-    bad = pairs.invalid_after(token)
+        if spelled is not None and len(found.get((*k, spelled[0]), ())) < WITNESSES:
+            found.setdefault((*k, spelled[0]), []).append(Completion(char, rest, spelled))
     for other, lead, extra in mixed.get(need, ()):
         if bad[other]:
             continue
@@ -144,6 +153,8 @@ def completions(
         except UnicodeDecodeError:
             continue
         k = (classes.of(char, False), classes.of(extra, False))
+        if distinct is not None:
+            k = (*k, distinct(char + extra))
         if len(found.get(k, ())) < WITNESSES:
             found.setdefault(k, []).append(
                 Completion(char + extra, lead + extra.encode(), (other,))
@@ -152,22 +163,27 @@ def completions(
 
 
 def _byte_strings(n: int) -> list[bytes]:
-    """Continuation-byte strings of length ``n`` to try: every byte first, then a spread.
+    r"""Continuation-byte strings of length ``n`` to try: all for one or two bytes.
 
-    All 64 for one byte; every first byte with 8 (then 4) spread values after it for
-    two (512 of 4096) and three (2048 of 262144): enough to meet every character class
-    the first byte allows, and every pair BPE might merge with the token before.
+    All 64 for one byte and all 4096 for two (a two-byte continuation token may be the
+    only first token BPE leaves alone after the token: Qwen3 writes ``" ⒌"`` as
+    ``" " | "\xe2" | "\x92\x8c"``); for three, every first two bytes with 4 spread
+    values after them (16384 of 262144).
     """
     if n == 1:
         return [bytes([x]) for x in _CONT]
     if n == 2:
-        return [bytes([x, y]) for x in _CONT for y in range(0x80, 0xC0, 8)]
-    return [
-        bytes([x, y, z])
-        for x in _CONT
-        for y in range(0x80, 0xC0, 8)
-        for z in (0x80, 0x8F, 0xA0, 0xBF)
-    ]
+        return [bytes([x, y]) for x in _CONT for y in _CONT]
+    return [bytes([x, y, z]) for x in _CONT for y in _CONT for z in (0x80, 0x8F, 0xA0, 0xBF)]
+
+
+def _first(rest: bytes, byte_ids: dict[bytes, int], bad: Any) -> int | None:
+    """The longest token starting ``rest`` that may follow (the first :func:`_spell` tries)."""
+    for end in range(len(rest), 0, -1):
+        t = byte_ids.get(rest[:end])
+        if t is not None and not bad[t]:
+            return t
+    return None
 
 
 def _spell(
