@@ -36,7 +36,11 @@ import numpy as np
 
 from genlm_core.bytes.canonical.pending import Pending
 from genlm_core.bytes.canonical.sentencepiece_pairs import CharPairs
-from genlm_core.bytes.canonical.sentencepiece_spec import SPACE, read_sentencepiece_spec
+from genlm_core.bytes.canonical.sentencepiece_spec import (
+    SPACE,
+    excluded_added,
+    read_sentencepiece_spec,
+)
 from genlm_core.bytes.errors import CanonicalityUnsupportedError
 
 __all__ = ["SentencePieceFilter", "SPPending"]
@@ -76,7 +80,7 @@ class SentencePieceFilter:
         self.spec = spec = read_sentencepiece_spec(tokenizer)
         self.byte_vocab = [bytes(t) for t in byte_vocab]
         self.n = n = len(self.byte_vocab)
-        excluded = frozenset(i for i in spec.added_ids if i < n)
+        self.excluded = excluded = frozenset(i for i in excluded_added(spec) if i < n)
         try:
             self.pairs = pairs = CharPairs(spec, n, excluded)
         except ValueError as e:
@@ -119,7 +123,7 @@ class SentencePieceFilter:
     def _check_bytes(self) -> None:
         """``llm.byte_vocab`` must spell each piece as its text with ``▁`` as a space."""
         for i, s in self.pairs.strings.items():
-            if i in self.spec.added_ids:
+            if i in self.excluded:
                 continue
             want = (
                 bytes([self.byte_of[i]]) if self.byte_of[i] >= 0 else s.replace(SPACE, " ").encode()

@@ -27,7 +27,7 @@ from genlm_core.bytes.canonical.spec import backend_tokenizer, tokenizer_name
 from genlm_core.bytes.canonical.tokenizer_json import read_tokenizer_json
 from genlm_core.bytes.errors import CanonicalityUnsupportedError
 
-__all__ = ["SentencePieceSpec", "is_sentencepiece", "read_sentencepiece_spec"]
+__all__ = ["SentencePieceSpec", "excluded_added", "is_sentencepiece", "read_sentencepiece_spec"]
 
 SPACE = "\u2581"  # ▁
 #: Texts on which the normalizer/pre-tokenizer emulation is checked when read.
@@ -42,7 +42,8 @@ class SentencePieceSpec:
         name: The tokenizer's name (for messages).
         vocab: Piece -> id.
         merges: Merge rules in priority order, as pairs of pieces.
-        added_ids: Ids of added tokens (never part of a canonical text).
+        added_ids: Ids of added tokens (see :func:`excluded_added`).
+        added: Added token contents by id.
         dummy_prefix: Every non-empty normalized text starts with ``▁``.
         family: ``"prepend"`` (Llama-2), ``"metaspace"`` (Mistral) or ``"replace"`` (Gemma 3).
         backend: The ``tokenizers.Tokenizer`` (its BPE model is the reference).
@@ -52,6 +53,7 @@ class SentencePieceSpec:
     vocab: dict[str, int]
     merges: list[tuple[str, str]]
     added_ids: frozenset[int]
+    added: dict[int, str]
     dummy_prefix: bool
     family: str
     backend: Any
@@ -101,6 +103,7 @@ def read_sentencepiece_spec(tokenizer: Any) -> SentencePieceSpec:
         vocab=dict(model["vocab"]),
         merges=merges,  # type: ignore[arg-type]
         added_ids=frozenset(int(t["id"]) for t in config.get("added_tokens") or []),
+        added={int(t["id"]): t["content"] for t in config.get("added_tokens") or []},
         dummy_prefix=family != "replace",
         family=family,
         backend=backend,
@@ -119,6 +122,42 @@ def read_sentencepiece_spec(tokenizer: Any) -> SentencePieceSpec:
         if "".join(words) != spec.normalize(text) or len(words) > 1:
             _unsupported(name, f"its normalizer/pre-tokenizer makes {words} of {text!r}")
     return spec
+
+
+def excluded_added(spec: SentencePieceSpec) -> frozenset[int]:
+    """The added tokens never part of a canonical text; checks the others.
+
+    Added tokens are not parsed from text (``docs/bytes.md``, *Definitions*), so those
+    the merges never make (``<s>``, ``</s>``, Gemma's ``<unused0>``, ``<table>``, ...) are
+    never canonical. Gemma 3 also adds runs of ``\n``, ``\t`` and ``▁`` (up to 31) that
+    its merges make as well: those are ordinary pieces here. The tokenizers library
+    splits them out of the raw text before BPE (leftmost longest); that gives BPE's own
+    tokens exactly when no piece mixes the run's character with another and BPE cuts a
+    run as the longest match does, both checked here (an error otherwise). ``▁`` runs
+    are matched only as literal U+2581 in the raw text, which the byte-level LM cannot
+    write (it reads ``▁`` as a space): texts holding them are outside what it models.
+    """
+    model = spec.backend.model
+    out, runs = set(), {}
+    for i, content in spec.added.items():
+        if [t.id for t in model.tokenize(content)] != [i]:
+            out.add(i)
+        elif set(content) == {SPACE}:
+            continue  # matched only as literal U+2581 in raw text (see above)
+        elif len(set(content)) == 1:
+            runs.setdefault(content[0], {})[len(content)] = i
+        else:
+            _unsupported(spec.name, f"its added token {content!r} is also a BPE piece")
+    for ch, by_length in runs.items():
+        mixed = next((s for s in spec.vocab if ch in s and set(s) != {ch}), None)
+        if mixed is not None:
+            _unsupported(spec.name, f"added {ch!r} runs, but piece {mixed!r} mixes {ch!r}")
+        longest = max(by_length)
+        for k in range(1, 3 * longest + 2):
+            chunks = [by_length.get(min(longest, k - j)) for j in range(0, k, longest)]
+            if [t.id for t in model.tokenize(ch * k)] != chunks:
+                _unsupported(spec.name, f"BPE cuts {k} x {ch!r} unlike its added tokens")
+    return frozenset(out)
 
 
 def _family(name: str, norm: Any, pre: Any) -> str:
