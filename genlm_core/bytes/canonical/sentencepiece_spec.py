@@ -125,7 +125,7 @@ def read_sentencepiece_spec(tokenizer: Any) -> SentencePieceSpec:
 
 
 def excluded_added(spec: SentencePieceSpec) -> frozenset[int]:
-    """The added tokens never part of a canonical text; checks the others.
+    r"""The added tokens never part of a canonical text; checks the others.
 
     Added tokens are not parsed from text (``docs/bytes.md``, *Definitions*), so those
     the merges never make (``<s>``, ``</s>``, Gemma's ``<unused0>``, ``<table>``, ...) are
