@@ -59,6 +59,9 @@ class SPPending(NamedTuple):
 
 
 START = SPPending(-1, b"")
+#: Masks kept (by last token and open run) before the cache is emptied: 256 x 262k
+#: booleans is 67 MB for Gemma 3.
+MASKS_KEPT = 256
 
 
 class SentencePieceFilter:
@@ -195,7 +198,7 @@ class SentencePieceFilter:
         if state.last < 0 and self.spec.dummy_prefix:
             out &= self.starts_space
         out.flags.writeable = False
-        if len(self._masks) > 4096:
+        if len(self._masks) > MASKS_KEPT:
             self._masks.clear()
         self._masks[state] = out
         return out

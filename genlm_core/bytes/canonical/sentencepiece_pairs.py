@@ -68,29 +68,42 @@ class CharPairs(BPEPairs):
         self._full = self._merges_only = spec.backend.model
 
     def _derive_chars(self, spec: Any, excluded: frozenset[int]) -> None:
-        """Which pieces merges rebuild from their characters, and the last merge that does."""
+        """Which pieces merges rebuild from their characters, and the last merge that does.
+
+        The tokenizer's BPE says which (the reference); the last merge is the one merge
+        that makes the piece when only one does, else it comes from running BPE on the
+        piece's characters, which must then agree with the tokenizer.
+        """
         model = spec.backend.model
+        makers: dict[int, list[tuple[int, int, int]]] = {}
+        for (u, v), (rank, result) in self.ranks.items():
+            makers.setdefault(result, []).append((u, v, rank))
         for s, tid in spec.vocab.items():
             if tid >= self.n or tid in excluded:
                 continue
-            if self.byte_of[tid] >= 0 or len(s) == 1:
-                self.derivable[tid] = True  # base symbols
+            if self.byte_of[tid] >= 0:
+                self.derivable[tid] = True  # a base symbol
                 continue
-            if any(ch not in self.char_id for ch in s):
-                continue  # a character spelled by bytes: no merge makes this piece
-            final, last = _bpe([self.char_id[ch] for ch in s], self.ranks)
-            if final == [tid] and last is not None:
-                self.derivable[tid] = True
-                self.left[tid], self.right[tid], self.rank[tid] = last
-        # the tokenizer's BPE is the reference: spot-check every derivable piece against it
-        for s, tid in spec.vocab.items():
-            if tid < self.n and tid not in excluded and self.byte_of[tid] < 0:
-                got = [t.id for t in model.tokenize(s)] == [tid]
-                if got != bool(self.derivable[tid]):
-                    raise ValueError(
-                        f"{spec.name}: piece {s!r} ({tid}) is {'' if got else 'not '}its own "
-                        f"BPE, but the character derivation says otherwise"
-                    )
+            if [t.id for t in model.tokenize(s)] != [tid]:
+                continue
+            self.derivable[tid] = True
+            if len(s) == 1:
+                continue  # a base symbol
+            made = makers.get(tid, [])
+            if len(made) == 1:
+                self.left[tid], self.right[tid], self.rank[tid] = made[0]
+                continue
+            final, last = (
+                _bpe([self.char_id[ch] for ch in s], self.ranks)
+                if all(ch in self.char_id for ch in s)
+                else ([], None)
+            )
+            if final != [tid] or last is None:
+                raise ValueError(
+                    f"{spec.name}: piece {s!r} ({tid}) is its own BPE, but the character "
+                    f"derivation gives {final}"
+                )
+            self.left[tid], self.right[tid], self.rank[tid] = last
 
     def merges_only(self, ids: list[int]) -> bool:
         """Whether the tokenizer's BPE of these tokens' text gives them back."""

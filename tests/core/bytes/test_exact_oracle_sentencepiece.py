@@ -37,8 +37,8 @@ STRINGS = {
 #: Run by default; the rest are thorough (nightly).
 DEFAULT = {
     "llama2": {"spaces-at-the-start", "fallback", "inside-a-character"},
-    "mistral-v1-spm": {"newlines", "spaces-digits-punctuation"},
-    "tiny-llama-spm": {"utf8"},
+    "mistral-v1-spm": {"fallback", "utf8"},
+    "tiny-llama-spm": {"fallback"},
     "gemma3": set(),  # 262k pieces: ~1 min to load and build, nightly only
 }
 
