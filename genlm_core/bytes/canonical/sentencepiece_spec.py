@@ -97,6 +97,8 @@ def read_sentencepiece_spec(tokenizer: Any) -> SentencePieceSpec:
             _unsupported(name, f"its BPE sets {key}={model[key]!r}")
     family = _family(name, config.get("normalizer"), config.get("pre_tokenizer"))
     _check_decoder(name, config.get("decoder"))
+    if any(isinstance(m, str) for m in model["merges"]) and any(" " in p for p in model["vocab"]):
+        _unsupported(name, "its merges are 'a b' strings and some piece holds a space")
     merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     spec = SentencePieceSpec(
         name=name,
@@ -109,19 +111,18 @@ def read_sentencepiece_spec(tokenizer: Any) -> SentencePieceSpec:
         backend=backend,
     )
     for text in _PROBES:
-        words = (
-            [
-                w
-                for w, _ in backend.pre_tokenizer.pre_tokenize_str(
-                    backend.normalizer.normalize_str(text) if backend.normalizer else text
-                )
-            ]
-            if backend.pre_tokenizer
-            else [backend.normalizer.normalize_str(text) if backend.normalizer else text]
-        )
+        words = _words(backend, text)
         if "".join(words) != spec.normalize(text) or len(words) > 1:
             _unsupported(name, f"its normalizer/pre-tokenizer makes {words} of {text!r}")
     return spec
+
+
+def _words(backend: Any, text: str) -> list[str]:
+    """The words the tokenizer's normalizer and pre-tokenizer make of ``text``."""
+    normalized = backend.normalizer.normalize_str(text) if backend.normalizer else text
+    if backend.pre_tokenizer is None:
+        return [normalized]
+    return [w for w, _ in backend.pre_tokenizer.pre_tokenize_str(normalized)]
 
 
 def excluded_added(spec: SentencePieceSpec) -> frozenset[int]:

@@ -221,3 +221,14 @@ def test_gemma_whitespace_runs_are_pieces_and_tags_are_not(toks):
     for tag in ["<table>", "<unused0>", "<bos>", "<eos>"]:
         assert tok.filter.texts[vocab[tag]] is None, tag
         assert not tok.filter.mask(EMPTY)[vocab[tag]]
+
+
+def test_an_unknown_normalizer_is_refused(asset_tokenizer_dir):
+    """A normalizer outside the recognised families (here NFKC) raises, naming it."""
+    from tokenizers import normalizers
+
+    tok = AutoTokenizer.from_pretrained(str(asset_tokenizer_dir("llama2")))
+    byte_vocab = decode_vocab(tok)[0]
+    tok.backend_tokenizer.normalizer = normalizers.NFKC()
+    with pytest.raises(CanonicalityUnsupportedError, match="NFKC"):
+        canonical_filter(tok, byte_vocab)
