@@ -43,9 +43,15 @@ DEFAULT = {
 }
 
 
+#: Gemma 3's oracle judges every one of its 262k pieces a string can start with: only
+#: the byte-fallback string is run (nightly; ~2 min). "spaces-at-the-start" passed once
+#: in ~20 minutes (2-core CPU, load 4-5): too long even for the nightly run.
+GEMMA_STRINGS = {"fallback"}
+
+
 def _cases():
     for model in DEFAULT:
-        for name in STRINGS:
+        for name in STRINGS if model != "gemma3" else sorted(GEMMA_STRINGS):
             marks = [] if name in DEFAULT[model] else [pytest.mark.thorough]
             yield pytest.param(model, name, marks=marks, id=f"{model}-{name}")
 
