@@ -7,7 +7,8 @@ tables are built from nothing, over MockAsyncLM. Printed for each:
 
 * ``initial``: ``ExactByteState.initial``, which builds the canonical filter, the byte
   trie and the spellings;
-* ``first byte``: ``logp_next()``, then ``<< 'T'``, then ``logp_next()`` again;
+* ``first byte``: ``logp_next()``, then ``<< 'T'`` (``' '`` for Llama-2 and Mistral,
+  whose texts' bytes start with the dummy-prefix space), then ``logp_next()`` again;
 * ``per byte``: the median over the next bytes of a short English sentence, each
   ``<<`` followed by ``logp_next()``.
 
@@ -35,8 +36,21 @@ TEXT = b"The quick brown fox jumps over the lazy dog."
 #: Read after TEXT by the tokenizers with a normalizer: precomposed, decomposed (a mark
 #: that stays one: x + acute), Hangul, CJK.
 NFC_TEXT = " Caf\u00e9, x\u0301, \ud55c\uad6d\uc5b4 \u4e2d\u6587.".encode()
-SUPPORTED = ["gpt2", "smollm2", "llama3", "cl100k", "o200k", "qwen3", "deepseek"]
-REFUSED = ["gemma3", "llama2", "mistral"]
+SUPPORTED = [
+    "gpt2",
+    "smollm2",
+    "llama3",
+    "cl100k",
+    "o200k",
+    "qwen3",
+    "deepseek",
+    "llama2",
+    "mistral",
+    "gemma3",
+]
+REFUSED: list[str] = []
+#: SentencePiece tokenizers with a dummy prefix: every text's bytes start with a space.
+DUMMY_PREFIX = {"llama2", "mistral"}
 
 
 def _model(name: str):
@@ -54,6 +68,7 @@ async def run_one(name: str) -> dict[str, object]:
     from genlm_core.bytes import CanonicalityUnsupportedError, ExactByteState
 
     llm = _model(name)
+    text = b" " + TEXT if name in DUMMY_PREFIX else TEXT
     started = time.perf_counter()
     try:
         # DeepSeek-V4's tokenizer names no BOS or EOS: start from its begin-of-sentence
@@ -63,11 +78,11 @@ async def run_one(name: str) -> dict[str, object]:
         return {"name": name, "refused": str(exc).splitlines()[0][:160]}
     built = time.perf_counter()
     await state.logp_next()
-    state = await (state << TEXT[0])
+    state = await (state << text[0])
     await state.logp_next()
     first = time.perf_counter()
     per_byte = []
-    for byte in TEXT[1:] + (NFC_TEXT if name in ("qwen3", "deepseek") else b""):
+    for byte in text[1:] + (NFC_TEXT if name in ("qwen3", "deepseek") else b""):
         t0 = time.perf_counter()
         state = await (state << byte)
         await state.logp_next()

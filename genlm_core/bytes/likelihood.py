@@ -47,8 +47,11 @@ async def log_likelihood(
     """The exact byte-level log-probability of ``text`` under ``llm``.
 
     Args:
-        llm: An AsyncLM with a byte-level BPE tokenizer (GPT-2, Llama-3, SmolLM2, ...).
-        text: The bytes (encode a ``str`` first).
+        llm: An AsyncLM with a byte-level BPE tokenizer (GPT-2, Llama-3, SmolLM2, ...)
+            or a SentencePiece BPE one (Llama-2, Mistral v0.1, Gemma 3).
+        text: The bytes (encode a ``str`` first). Llama-2 and Mistral read a text as the
+            bytes its encoding spells, the dummy-prefix space first (``b" Hi"`` for
+            ``"Hi"``): pass those for a text's probability.
         eos_byte_strings: The tokens that end a text (needed with ``ends``), e.g.
             ``[b"<|endoftext|>"]``.
         ends: The probability that the text is written and then ends (EOS after it),

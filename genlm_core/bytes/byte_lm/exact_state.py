@@ -22,6 +22,7 @@ from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
 from genlm_core.bytes.byte_lm.off_loop import build_once, locked
 from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
 from genlm_core.bytes.canonical import CanonicalFilter, Pending
+from genlm_core.bytes.canonical.select import canonical_filter
 from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
 
 __all__ = [
@@ -132,7 +133,7 @@ def shared_filter(llm: Any) -> CanonicalFilter:
     except TypeError:
         canon = None
     if canon is None:
-        canon = CanonicalFilter(llm.tokenizer, llm.byte_vocab)
+        canon = canonical_filter(llm.tokenizer, llm.byte_vocab)
         try:
             _FILTERS[llm] = canon
         except TypeError:  # a model that takes no weak reference: not shared

@@ -1,0 +1,253 @@
+"""Canonical next tokens of SentencePiece-style BPE (Llama-2, Mistral v0.1, Gemma 3).
+
+What canonical means here (read from the tokenizer by :mod:`.sentencepiece_spec`):
+the tokenizer makes of a text one BPE word ``N`` (spaces become ``▁``; Llama-2 and
+Mistral put a ``▁`` first), whose first symbols are its characters, a character that
+is no piece of the vocabulary being its UTF-8 bytes as byte tokens ``<0xXX>``
+(byte fallback). A token string is a prefix of the encoding of some text exactly when
+
+1. every token is a piece the merges rebuild from its own characters (:class:`CharPairs`
+   checks each against the tokenizer's BPE), or a byte token;
+2. every adjacent pair of pieces is left alone by the merges (bigram canonicality,
+   Vieira et al. 2025; ``BPEPairs.invalid_after`` over characters): BPE then gives
+   the string back, so it is the encoding of its own text;
+3. every run of byte tokens spells whole characters that are no single-character piece
+   (and not a space, which ``N`` never holds); the string may end inside the run's last
+   character when some such character completes it;
+4. no piece holds a space (U+0020); with a dummy prefix the first token starts with
+   ``▁`` (every non-empty ``N`` does).
+
+The byte-level LM reads the bytes the tokens spell (``llm.byte_vocab``: ``▁`` is a
+space, ``<0xE2>`` the byte 0xE2). For Llama-2 and Mistral the text ``"Hi"`` is read as
+``b" Hi"``: every non-empty byte string with any probability starts with a space
+(the dummy prefix), a literal ``▁`` in the bytes has none (the normalizer makes every
+``▁`` a space), and the text after an ``initial_context`` is a text of its own (its
+first byte a space too). Added tokens (``<s>``, ``</s>``, Gemma's control pieces) are
+never part of a text. The tests hold this to ``backend.model.tokenize`` on thousands of
+random texts and to a brute-force oracle.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from genlm_core.bytes.canonical.pending import Pending
+from genlm_core.bytes.canonical.sentencepiece_pairs import CharPairs
+from genlm_core.bytes.canonical.sentencepiece_spec import (
+    SPACE,
+    excluded_added,
+    read_sentencepiece_spec,
+)
+from genlm_core.bytes.errors import CanonicalityUnsupportedError
+
+__all__ = ["SentencePieceFilter", "SPPending"]
+
+
+class SPPending(NamedTuple):
+    """What canonicality of the next token needs of a context.
+
+    Args:
+        last: The last token id (-1: none yet).
+        run: Bytes of the character a byte-token run has started and not finished.
+    """
+
+    last: int
+    run: bytes
+
+
+START = SPPending(-1, b"")
+#: Masks kept (by last token and open run) before the cache is emptied: 256 x 262k
+#: booleans is 67 MB for Gemma 3.
+MASKS_KEPT = 256
+
+
+class SentencePieceFilter:
+    """Canonical next tokens of a SentencePiece-style BPE (see module doc).
+
+    The interface ``ExactByteState`` uses of :class:`~.filter.CanonicalFilter`:
+    ``extend``, ``mask``, ``valid_next``, ``complete``, ``byte_vocab``, ``texts``.
+
+    Args:
+        tokenizer: The model's Hugging Face tokenizer.
+        byte_vocab: The model's tokens (``llm.byte_vocab``).
+
+    Raises:
+        CanonicalityUnsupportedError: Not a recognised family, or the vocabulary's bytes
+            are not what its pieces spell.
+    """
+
+    def __init__(self, tokenizer: Any, byte_vocab: list[Any]) -> None:
+        self.spec = spec = read_sentencepiece_spec(tokenizer)
+        self.byte_vocab = [bytes(t) for t in byte_vocab]
+        self.n = n = len(self.byte_vocab)
+        self.excluded = excluded = frozenset(i for i in excluded_added(spec) if i < n)
+        try:
+            self.pairs = pairs = CharPairs(spec, n, excluded)
+        except ValueError as e:
+            raise CanonicalityUnsupportedError(
+                f"ExactByteState cannot compute canonical tokenizations for {spec.name}: {e}"
+            ) from e
+        self.byte_of = pairs.byte_of
+        self._check_bytes()
+        strings = pairs.strings
+        self.piece_ok = np.zeros(n, dtype=bool)
+        self.starts_space = np.zeros(n, dtype=bool)
+        for i, s in strings.items():
+            if pairs.derivable[i] and self.byte_of[i] < 0 and " " not in s:
+                self.piece_ok[i] = True
+            self.starts_space[i] = s.startswith(SPACE)
+        self.byte_token = np.full(256, -1, dtype=np.int64)
+        for i in np.flatnonzero(self.byte_of >= 0).tolist():
+            self.byte_token[self.byte_of[i]] = i
+        if (self.byte_token < 0).any():
+            raise CanonicalityUnsupportedError(
+                f"{spec.name}: byte fallback lacks the pieces of bytes "
+                f"{np.flatnonzero(self.byte_token < 0).tolist()}"
+            )
+        # characters a byte run may not spell: pieces, and the space N never holds
+        self._covered = set(pairs.char_id) | {" "}
+        self._covered_prefixes = Counter(
+            ch.encode()[:k] for ch in self._covered for k in range(1, len(ch.encode()))
+        )
+        self._runs: dict[bytes, np.ndarray] = {}
+        usable = self._run_bytes(b"").copy()
+        usable[0x80:0xC0] = True  # continuation bytes (checked against the run when read)
+        self.texts: list[str | None] = [
+            strings.get(i)
+            if self.piece_ok[i] or (self.byte_of[i] >= 0 and usable[self.byte_of[i]])
+            else None
+            for i in range(n)
+        ]
+        self._masks: dict[SPPending, np.ndarray] = {}
+
+    def _check_bytes(self) -> None:
+        """``llm.byte_vocab`` must spell each piece as its text with ``▁`` as a space."""
+        for i, s in self.pairs.strings.items():
+            if i in self.excluded:
+                continue
+            want = (
+                bytes([self.byte_of[i]]) if self.byte_of[i] >= 0 else s.replace(SPACE, " ").encode()
+            )
+            if self.byte_vocab[i] != want:
+                raise CanonicalityUnsupportedError(
+                    f"{self.spec.name}: token {i} ({s!r}) spells {self.byte_vocab[i]!r} in the "
+                    f"model's byte vocabulary, not {want!r}"
+                )
+
+    # -- byte-fallback runs -------------------------------------------------------------
+
+    def _run_bytes(self, run: bytes) -> np.ndarray:
+        """Over the 256 bytes: which may follow ``run`` inside a byte-fallback run."""
+        hit = self._runs.get(run)
+        if hit is None:
+            hit = np.zeros(256, dtype=bool)
+            for b in range(256):
+                q = run + bytes([b])
+                size = _size(q[0])
+                if size == 0:
+                    continue
+                if len(q) == size:
+                    try:
+                        hit[b] = q.decode("utf-8") not in self._covered
+                    except UnicodeDecodeError:
+                        pass
+                else:
+                    hit[b] = _valid_count(q) > self._covered_prefixes.get(q, 0)
+            hit.flags.writeable = False
+            self._runs[run] = hit
+        return hit
+
+    def _after_byte(self, run: bytes, byte: int) -> bytes:
+        q = run + bytes([byte])
+        return b"" if len(q) == _size(q[0]) else q
+
+    # -- the filter's interface ---------------------------------------------------------
+
+    @staticmethod
+    def _state(pending: Any) -> SPPending:
+        if isinstance(pending, SPPending):
+            return pending
+        if isinstance(pending, Pending) and not pending.ids and not pending.data:
+            return START  # the shared EMPTY of a fresh context
+        raise TypeError(f"not a SentencePiece filter state: {pending!r}")
+
+    def extend(self, pending: Any, token: int) -> SPPending:
+        """The state after ``token`` (assumed canonical next)."""
+        state = self._state(pending)
+        byte = int(self.byte_of[token])
+        if byte >= 0:
+            return SPPending(int(token), self._after_byte(state.run, byte))
+        return SPPending(int(token), b"")
+
+    def mask(self, pending: Any) -> np.ndarray:
+        """Boolean vector over token ids: ``context + [d]`` is canonical."""
+        state = self._state(pending)
+        hit = self._masks.get(state)
+        if hit is not None:
+            return hit
+        out = np.zeros(self.n, dtype=bool)
+        if not state.run:
+            out |= self.piece_ok
+            if state.last >= 0 and self.byte_of[state.last] < 0:
+                out &= ~self.pairs.invalid_after(state.last)
+        allowed = self._run_bytes(state.run)
+        out[self.byte_token[allowed]] = True
+        if state.last < 0 and self.spec.dummy_prefix:
+            out &= self.starts_space
+        out.flags.writeable = False
+        if len(self._masks) > MASKS_KEPT:
+            self._masks.clear()
+        self._masks[state] = out
+        return out
+
+    def valid_next(self, pending: Any, token: int) -> bool:
+        """Whether ``context + [token]`` is canonical (one token; the rules of :meth:`mask`)."""
+        state = self._state(pending)
+        token = int(token)
+        if state.last < 0 and self.spec.dummy_prefix and not self.starts_space[token]:
+            return False
+        byte = int(self.byte_of[token])
+        if byte >= 0:
+            return bool(self._run_bytes(state.run)[byte])
+        if state.run or not self.piece_ok[token]:
+            return False
+        if state.last >= 0 and self.byte_of[state.last] < 0:
+            return not self.pairs.invalid_after(state.last)[token]
+        return True
+
+    def complete(self, pending: Any) -> bool:
+        """Whether the context is the encoding of its text (no character left open)."""
+        return not self._state(pending).run
+
+    def warm(self, length: int = 4) -> int:
+        """Nothing to build ahead (kept for :class:`~.filter.CanonicalFilter`'s interface)."""
+        return 0
+
+
+def _size(lead: int) -> int:
+    """Bytes of the UTF-8 character ``lead`` starts (0: not a lead byte)."""
+    if lead < 0x80:
+        return 1
+    if 0xC2 <= lead <= 0xDF:
+        return 2
+    if 0xE0 <= lead <= 0xEF:
+        return 3
+    if 0xF0 <= lead <= 0xF4:
+        return 4
+    return 0
+
+
+def _valid_count(prefix: bytes) -> int:
+    """How many Unicode scalar values' UTF-8 encodings start with ``prefix`` (a proper one)."""
+    size = _size(prefix[0])
+    lo, hi = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(
+        prefix[0], (0x80, 0xBF)
+    )
+    if len(prefix) == 1:
+        return (hi - lo + 1) * 64 ** (size - 2)
+    if not lo <= prefix[1] <= hi or any(not 0x80 <= b <= 0xBF for b in prefix[2:]):
+        return 0
+    return 64 ** (size - len(prefix))
