@@ -1,26 +1,19 @@
 """``CanonicalFilter``: which tokens may come next in a canonical token string.
 
-A token string ``t`` is *canonical* when some text continuation ``s`` makes ``t`` a
-prefix of the tokenizer's encoding of ``bytes(t) + s`` (special tokens never parsed
-from text). The filter answers, for a context (a canonical token string) and every
-token ``d``, whether ``context + [d]`` is canonical, in three steps:
+A token string ``t`` is *canonical* when some text continuation ``s`` makes ``t`` a prefix
+of the tokenizer's encoding of ``bytes(t) + s`` (special tokens never parsed from text).
+For a context (a canonical token string) and every token ``d``, the filter says whether
+``context + [d]`` is canonical:
 
-1. **Pre-token boundaries.** Only the context's *pending* text (after its last settled
-   boundary) can change; the boundaries of ``pending + d + c0`` for each next
-   character class ``c0`` come from :class:`~.tables.PendingTable`. ``d`` must end a
-   pre-token (a boundary right after it, or the end of the text), have none inside,
-   and every boundary inside the pending text must fall between two tokens.
-2. **BPE inside pre-tokens.** Closed pre-tokens must be the tokenizer's BPE of their
-   bytes; the open one (with ``d``) must be a string BPE's merges leave alone, which is
-   decided pair by pair (:class:`~.bpe.BPEPairs`), plus ``ignore_merges``: a
-   pre-token that is one vocabulary entry is that token.
-3. **Characters split between tokens** (:mod:`.tokens`): a token that ends inside a
-   character counts with the ways the next tokens can complete it.
-4. **Behind an NFC normalizer** (Qwen2, Qwen3; :mod:`.nfc`): the text must stay NFC,
-   judged from the context's last segment (:attr:`Pending.segment`).
-
-It is exact for the pre-tokenizers it accepts (checked against the tokenizer when
-built) and tested against a brute-force oracle that asks the tokenizer's encoder.
+1. **Pre-token boundaries** (of ``pending + d + c0`` per next character class ``c0``:
+   :class:`~.tables.PendingTable`): ``d`` ends a pre-token with no boundary inside, and
+   every boundary inside the context's pending text falls between tokens.
+2. **BPE inside pre-tokens.** Closed ones are the BPE of their bytes; the open one is left
+   alone by the merges, pair by pair (:class:`~.bpe.BPEPairs`), or ``ignore_merges``.
+3. **Characters split between tokens** (:mod:`.tokens`): with their completions.
+4. **Behind an NFC normalizer** (Qwen2, Qwen3; :mod:`.nfc`): the text stays NFC, judged
+   from the context's last segment. Exact for the pre-tokenizers it accepts (checked
+   when built); tested against a brute-force oracle asking the tokenizer's encoder.
 """
 
 from __future__ import annotations
@@ -42,7 +35,14 @@ from genlm_core.bytes.canonical.tables import (
     any_bit,
     settled_offset,
 )
-from genlm_core.bytes.canonical.tokens import byte_ids_of, completions, split_utf8
+from genlm_core.bytes.canonical.tokens import (
+    LEAD,
+    TEXT,
+    TRAIL,
+    byte_ids_of,
+    completions,
+    split_utf8,
+)
 
 __all__ = ["EMPTY", "CanonicalFilter", "Pending"]
 
@@ -100,11 +100,11 @@ class CanonicalFilter:
         self.normal = np.zeros(n, dtype=bool)
         self.cs = np.zeros(n, dtype=np.int64)
         for i, t in enumerate(self.texts):
-            if t is not None and not t.lead and not t.trail:
+            if t is not None and not t[LEAD] and not t[TRAIL]:
                 self.normal[i] = True
-                self.cs[i] = self.strings.id(classes.string(t.text, head=reach))
+                self.cs[i] = self.strings.id(classes.string(t[TEXT], head=reach))
             elif t is not None:
-                for ch in t.text:
+                for ch in t[TEXT]:
                     classes.of(ch)
         self.normal_ids = np.flatnonzero(self.normal)
         self.normal_cs = self.cs[self.normal_ids]
@@ -117,25 +117,27 @@ class CanonicalFilter:
         byte_ids = byte_ids_of(self.byte_vocab, excluded)
         mixed: dict[int, list[tuple[int, bytes, str]]] = {}
         for i, t in enumerate(self.texts):
-            if t is not None and t.lead and len(t.text) == 1 and not t.trail:
-                mixed.setdefault(len(t.lead), []).append((i, t.lead, t.text))
-        self._trail: dict[int, dict[tuple[int, ...], list[Any]]] = {}
+            if t is not None and t[LEAD] and len(t[TEXT]) == 1 and not t[TRAIL]:
+                mixed.setdefault(len(t[LEAD]), []).append((i, t[LEAD], t[TEXT]))
+        # per token: (completed text, completing tokens) of every witness, plain tuples of
+        # str and ints, which the cyclic collector stops tracking (70k on Llama-3)
+        self._trail: dict[int, tuple[tuple[str, tuple[int, ...]], ...]] = {}
         entries = []  # (token, class string of its text + completed char, completion, closed)
         # entries alike for the mask (same token, class string, closure, NFC behaviour, and
         # bytes no underivable entry ends with) are kept once; _trail keeps every witness
         hit_bytes = {b[j:] for b in self.pairs.underivable_bytes for j in range(len(b))}
         seen = set()
         for i, t in enumerate(self.texts):
-            if t is None or not t.trail:
+            if t is None or not t[TRAIL]:
                 continue
             key = self.nfc.completion_key if self.nfc else None
-            found = completions(i, t.trail, byte_ids, self.pairs, classes, mixed, key)
-            self._trail[i] = found
-            if t.lead:
+            found = completions(i, t[TRAIL], byte_ids, self.pairs, classes, mixed, key)
+            self._trail[i] = tuple((c.text, c.tokens) for cs in found.values() for c in cs)
+            if t[LEAD]:
                 continue  # only after a context ending inside a character: handled there
             for comp_list in found.values():
                 for comp in comp_list:
-                    cs = self.strings.id(classes.string(t.text + comp.text, head=reach))
+                    cs = self.strings.id(classes.string(t[TEXT] + comp.text, head=reach))
                     closed = self.pairs.closed_group([i, *comp.tokens])
                     full = self.byte_vocab[i] + comp.rest
                     alike = (
@@ -155,13 +157,13 @@ class CanonicalFilter:
         self._entry_by_bytes: dict[bytes, list[int]] = {}
         for k, (i, _, comp, _) in enumerate(entries):
             self._entry_by_bytes.setdefault(self.byte_vocab[i] + comp.rest, []).append(k)
-        self.lead_ids = [i for i, t in enumerate(self.texts) if t is not None and t.lead]
+        self.lead_ids = [i for i, t in enumerate(self.texts) if t is not None and t[LEAD]]
         self.nfc_rule = None
         if self.nfc:
             self.nfc_rule = NFCRule(
                 self.nfc,
-                [t.text if self.normal[i] else None for i, t in enumerate(self.texts)],
-                [self.texts[i].text + e.text for i, _, e, _ in entries],
+                [t[TEXT] if self.normal[i] else None for i, t in enumerate(self.texts)],
+                [self.texts[i][TEXT] + e.text for i, _, e, _ in entries],
             )
         self._tokens_of_cs: dict[int, list[int]] = {}
         for i in self.normal_ids.tolist():
@@ -391,24 +393,23 @@ class CanonicalFilter:
             return False
         if pending.partial:
             return self._after_partial(pending, token, t)
-        if t.lead:
+        if t[LEAD]:
             return False
-        if not t.trail:
-            if self.nfc and not self.nfc.is_nfc(pending.segment + t.text):
+        if not t[TRAIL]:
+            if self.nfc and not self.nfc.is_nfc(pending.segment + t[TEXT]):
                 return False
-            if self._fits(pending, token, t.text, (token,), bool(self.alone[token])):
+            if self._fits(pending, token, t[TEXT], (token,), bool(self.alone[token])):
                 return True
             table = self.table(pending)
             return bool(table.straddle(int(self.cs[token]))) and self._straddles(
                 pending, table, token, depth
             )
-        for comps in self._trail.get(token, {}).values():
-            for comp in comps:
-                if self.nfc and not self.nfc.is_nfc(pending.segment + t.text + comp.text):
-                    continue
-                closed = self.pairs.closed_group([token, *comp.tokens])
-                if self._fits(pending, token, t.text + comp.text, (token, *comp.tokens), closed):
-                    return True
+        for extra, comp_tokens in self._trail.get(token, ()):
+            if self.nfc and not self.nfc.is_nfc(pending.segment + t[TEXT] + extra):
+                continue
+            closed = self.pairs.closed_group([token, *comp_tokens])
+            if self._fits(pending, token, t[TEXT] + extra, (token, *comp_tokens), closed):
+                return True
         return False
 
     def _fits(
@@ -435,16 +436,16 @@ class CanonicalFilter:
     def _after_partial(self, pending: Pending, token: int, t: Any) -> bool:
         """``token`` after a context ending inside a character: it must continue it."""
         need = missing_bytes(pending.partial)
-        if len(t.lead) < need and not t.text and not t.trail:
+        if len(t[LEAD]) < need and not t[TEXT] and not t[TRAIL]:
             # still inside the character: canonical if some token can then complete it
             if self.pairs.invalid_after(pending.ids[-1])[token]:
                 return False
             longer = self.extend(pending, token)
             return any(self._after_partial(longer, d, self.texts[d]) for d in self.lead_ids)
-        if len(t.lead) != need:
+        if len(t[LEAD]) != need:
             return False
         try:
-            char = (pending.partial + t.lead).decode("utf-8")
+            char = (pending.partial + t[LEAD]).decode("utf-8")
         except UnicodeDecodeError:
             return False
         # the split character and the tokens around it share a pre-token
@@ -456,12 +457,12 @@ class CanonicalFilter:
         )
         table = self.table(base)
         futures: list[tuple[str, tuple[int, ...]]] = [("", ())]
-        if t.trail:
-            futures = [(c.text, c.tokens) for cs in self._trail.get(token, {}).values() for c in cs]
+        if t[TRAIL]:
+            futures = list(self._trail.get(token, ()))
         for extra, comp_tokens in futures:
-            if self.nfc and not self.nfc.is_nfc(pending.segment + char + t.text + extra):
+            if self.nfc and not self.nfc.is_nfc(pending.segment + char + t[TEXT] + extra):
                 continue
-            bits = table.close(self._cs(char + t.text + extra))
+            bits = table.close(self._cs(char + t[TEXT] + extra))
             for k, (cuts, joined) in enumerate(table.structures):
                 if not bits >> k & 1:
                     continue

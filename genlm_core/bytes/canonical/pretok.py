@@ -420,7 +420,7 @@ def verification_texts(token_texts: list[Any], reps: list[str]) -> list[str]:
         token_texts: The filter's per-token texts (None for tokens never in a text).
         reps: The character classes' representatives.
     """
-    chars = sorted({ch for t in token_texts if t is not None for ch in t.text} | set(PROBE_CHARS))
+    chars = sorted({ch for t in token_texts if t is not None for ch in t[1]} | set(PROBE_CHARS))
     contexts = [
         "{}",
         "a{}",

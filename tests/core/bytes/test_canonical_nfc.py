@@ -130,12 +130,12 @@ def encoder_confirms(tok, ids):
     ``ids`` (the oracle tries a fixed list of characters after a split one; Qwen3 writes
     ``"È다"`` as ``\xc3 | \x88다``, a completion outside that list)."""
     data = b"".join(tok.oracle.vocab[t] for t in ids)
-    for group in tok.filter._trail.get(ids[-1], {}).values():
-        for comp in group:
-            text = (data + comp.rest).decode("utf-8")
-            for future in ("", " ", "a", "\n"):
-                if tok.encode(text + future)[: len(ids)] == list(ids):
-                    return True
+    for _, completing in tok.filter._trail.get(ids[-1], ()):
+        rest = b"".join(tok.oracle.vocab[t] for t in completing)
+        text = (data + rest).decode("utf-8")
+        for future in ("", " ", "a", "\n"):
+            if tok.encode(text + future)[: len(ids)] == list(ids):
+                return True
     return False
 
 

@@ -146,13 +146,13 @@ async def test_beam_initial_builds_its_trie_off_the_loop(fresh_llm):
 async def test_concurrent_initials_build_once_and_share(fresh_llm, monkeypatch):
     """Two initial() calls at once: one filter and one trie build, the same objects."""
     builds = []
-    real = exact_state.CanonicalFilter
+    real = exact_state.canonical_filter  # the family's filter (byte-level BPE here)
 
     def counted(*args, **kwargs):
         builds.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(exact_state, "CanonicalFilter", counted)
+    monkeypatch.setattr(exact_state, "canonical_filter", counted)
     llm = fresh_llm()
     a, b = await asyncio.gather(ExactByteState.initial(llm), ExactByteState.initial(llm))
     assert len(builds) == 1
