@@ -41,6 +41,7 @@ from genlm_core.bytes.canonical.sentencepiece_spec import (
     excluded_added,
     read_sentencepiece_spec,
 )
+from genlm_core.bytes.canonical.tokens import utf8_length
 from genlm_core.bytes.errors import CanonicalityUnsupportedError
 
 __all__ = ["SentencePieceFilter", "SPPending"]
@@ -146,7 +147,7 @@ class SentencePieceFilter:
             hit = np.zeros(256, dtype=bool)
             for b in range(256):
                 q = run + bytes([b])
-                size = _size(q[0])
+                size = utf8_length(q[0])
                 if size == 0:
                     continue
                 if len(q) == size:
@@ -162,7 +163,7 @@ class SentencePieceFilter:
 
     def _after_byte(self, run: bytes, byte: int) -> bytes:
         q = run + bytes([byte])
-        return b"" if len(q) == _size(q[0]) else q
+        return b"" if len(q) == utf8_length(q[0]) else q
 
     # -- the filter's interface ---------------------------------------------------------
 
@@ -227,22 +228,9 @@ class SentencePieceFilter:
         return 0
 
 
-def _size(lead: int) -> int:
-    """Bytes of the UTF-8 character ``lead`` starts (0: not a lead byte)."""
-    if lead < 0x80:
-        return 1
-    if 0xC2 <= lead <= 0xDF:
-        return 2
-    if 0xE0 <= lead <= 0xEF:
-        return 3
-    if 0xF0 <= lead <= 0xF4:
-        return 4
-    return 0
-
-
 def _valid_count(prefix: bytes) -> int:
     """How many Unicode scalar values' UTF-8 encodings start with ``prefix`` (a proper one)."""
-    size = _size(prefix[0])
+    size = utf8_length(prefix[0])
     lo, hi = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(
         prefix[0], (0x80, 0xBF)
     )

@@ -17,7 +17,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["LEAD", "TEXT", "TRAIL", "Completion", "TokenText", "completions", "split_utf8"]
+__all__ = [
+    "LEAD",
+    "TEXT",
+    "TRAIL",
+    "Completion",
+    "TokenText",
+    "completions",
+    "split_utf8",
+    "utf8_length",
+]
 
 #: Witnesses kept per (token, completed character class): a context can rule out some.
 WITNESSES = 3
@@ -56,7 +65,7 @@ def split_utf8(data: bytes) -> tuple[bytes, str, bytes] | None:
         b = rest[-back]
         if 0x80 <= b <= 0xBF:
             continue
-        need = _char_length(b)
+        need = utf8_length(b)
         if need > back:
             trail = rest[-back:]
             if not _completable(trail):
@@ -70,7 +79,8 @@ def split_utf8(data: bytes) -> tuple[bytes, str, bytes] | None:
     return (lead, text, trail)  # an exact tuple: see TokenText
 
 
-def _char_length(lead: int) -> int:
+def utf8_length(lead: int) -> int:
+    """Bytes of the UTF-8 character ``lead`` starts (0: not a lead byte)."""
     if lead < 0x80:
         return 1
     if 0xC2 <= lead <= 0xDF:
@@ -83,7 +93,7 @@ def _char_length(lead: int) -> int:
 
 
 def _completable(trail: bytes) -> bool:
-    need = _char_length(trail[0]) - len(trail)
+    need = utf8_length(trail[0]) - len(trail)
     return need > 0 and any(_decodes(trail + bytes([x]) + b"\x80" * (need - 1)) for x in _CONT)
 
 
@@ -134,7 +144,7 @@ def completions(
     normalizer, a completion whose characters are not all inert is its own group
     (whether it keeps text NFC depends on it, :mod:`.nfc`).
     """
-    need = _char_length(trail[0]) - len(trail)
+    need = utf8_length(trail[0]) - len(trail)
     found: dict[Any, list[Completion]] = {}
     bad = pairs.invalid_after(token)
     for rest in _byte_strings(need):
