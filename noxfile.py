@@ -30,6 +30,7 @@ RUFF = "ruff==0.17.6"
 BACKENDS = ("hf", "vllm", "mlx", "sgl")
 LINT_PATHS = (
     "genlm_core",
+    "genlm_assets",
     "plugins",
     "tests",
     "benchmarks",

@@ -59,7 +59,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 def bench_one(name: str, repeats: int) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from genlm_core.assets import tokenizer_dir
+    from genlm_assets import tokenizer_dir
     from genlm_core.tokenization import decode_vocab
 
     try:

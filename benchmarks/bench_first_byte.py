@@ -57,7 +57,7 @@ def _model(name: str):
     from genlm_core.testing import MockAsyncLM
 
     if name == "smollm2":
-        from genlm_core.assets import model_dir
+        from genlm_assets import model_dir
 
         return MockAsyncLM.from_name(str(model_dir("smollm2-135m-instruct")))
     return MockAsyncLM.from_name(name)

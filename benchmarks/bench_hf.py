@@ -205,7 +205,7 @@ def load(kind: str, model_dir: str, **opts: Any) -> Any:
 
 
 def asset(name: str) -> str:
-    from genlm_core.assets import model_dir
+    from genlm_assets import model_dir
 
     return str(model_dir(name))
 

@@ -75,7 +75,7 @@ def load(model: str) -> Any:
     if model == "mock":
         from transformers import AutoTokenizer
 
-        from genlm_core.assets import tokenizer_dir
+        from genlm_assets import tokenizer_dir
         from genlm_core.testing import MockAsyncLM
 
         return MockAsyncLM(
@@ -84,7 +84,7 @@ def load(model: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from genlm_core.assets import model_dir
+    from genlm_assets import model_dir
     from genlm_hf.lm import AsyncTransformer
 
     path = str(model_dir("smollm2-135m-instruct"))

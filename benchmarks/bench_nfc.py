@@ -41,7 +41,7 @@ def _cold(canon) -> None:
 async def main(repeats: int) -> None:
     from transformers import AutoTokenizer
 
-    from genlm_core.assets import tokenizer_dir
+    from genlm_assets import tokenizer_dir
     from genlm_core.bytes import ExactByteState
     from genlm_core.testing import MockAsyncLM
 

@@ -74,7 +74,7 @@ def load_vocab(asset: str) -> list:
     from genlm.backend.tokenization import decode_vocab
     from transformers import AutoTokenizer
 
-    from genlm_core.assets import tokenizer_dir
+    from genlm_assets import tokenizer_dir
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(asset))
     byte_vocab, _ = decode_vocab(tokenizer)

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_hf import PROMPTS, sis
 
-    from genlm_core.assets import model_dir
+    from genlm_assets import model_dir
     from genlm_hf.lm import AsyncTransformer
     from genlm_vllm.lm import AsyncVirtualLM
 

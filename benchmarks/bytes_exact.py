@@ -43,7 +43,7 @@ def load(dtype: Any = None) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from genlm_core.assets import model_dir
+    from genlm_assets import model_dir
 
     path = str(model_dir(MODEL))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32).eval()
@@ -216,8 +216,8 @@ POINTS = 5
 
 async def tv_figures() -> None:
     """TV of every setting against K=64, the exact state's included (docs table rows)."""
+    from genlm_assets import model_dir
     from genlm_core import load_model_by_name
-    from genlm_core.assets import model_dir
     from genlm_core.bytes import BeamParams, ByteBeamState, ExactByteState
 
     llm = load_model_by_name(str(model_dir(MODEL)), backend="hf")
@@ -267,8 +267,8 @@ async def tv_figures() -> None:
 
 async def bpb_figures() -> None:
     """Bits per byte of the docs' paragraph: exact, and the beams' estimates."""
+    from genlm_assets import model_dir
     from genlm_core import load_model_by_name
-    from genlm_core.assets import model_dir
     from genlm_core.bytes import BeamParams, ByteBeamState, log_likelihood
 
     llm = load_model_by_name(str(model_dir(MODEL)), backend="hf")
@@ -300,7 +300,7 @@ def rule_figures(n: int) -> None:
     from byte_oracle import ByteOracle
     from transformers import AutoTokenizer
 
-    from genlm_core.assets import model_dir, tokenizer_dir
+    from genlm_assets import model_dir, tokenizer_dir
     from genlm_core.bytes.canonical import EMPTY, CanonicalFilter
     from genlm_core.tokenization import decode_vocab
 

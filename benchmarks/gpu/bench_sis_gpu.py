@@ -441,7 +441,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from genlm_core.assets import tokenizer_dir
+    from genlm_assets import tokenizer_dir
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir("llama3")))
     if args.device.startswith("cuda"):

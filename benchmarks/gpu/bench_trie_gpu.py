@@ -89,7 +89,7 @@ def read_vocab(path: Path) -> list[bytes]:
 def decoded_words(asset: str) -> list[bytes]:
     from transformers import AutoTokenizer
 
-    from genlm_core.assets import tokenizer_dir
+    from genlm_assets import tokenizer_dir
     from genlm_core.tokenization import decode_vocab
 
     byte_vocab, _ = decode_vocab(AutoTokenizer.from_pretrained(tokenizer_dir(asset)))

@@ -18,13 +18,13 @@ PLAT="--only-binary=:all: --python-version 3.12 --implementation cp --platform m
     --keep libbitsandbytes_cuda130.so libbitsandbytes_cpu.so
 rm -rf .gpu/bnb
 "$PY" - <<'PYEOF'
-from genlm_core.assets import model_dir, tokenizer_dir
+from genlm_assets import model_dir, tokenizer_dir
 for name in ("gpt2-npm", "llama3"):
     tokenizer_dir(name)
 for name in ("tiny-gpt2", "tiny-llama3"):
     model_dir(name)
 PYEOF
-root=$("$PY" -c "from genlm_core.assets import assets_root; print(assets_root())")
+root=$("$PY" -c "from genlm_assets import assets_root; print(assets_root())")
 tar -C "$root" --exclude=model.safetensors -cJf .gpu/assets.tar.xz \
     tok/gpt2-npm tok/llama3 models/tiny-gpt2 models/tiny-llama3
 "$PY" benchmarks/gpu/bench_trie_gpu.py --dump-vocabs .gpu/vocabs

@@ -20,7 +20,7 @@ import time
 import torch
 from bench_sis_gpu import PROMPT, build_model, draw_batch
 
-from genlm_core.assets import tokenizer_dir
+from genlm_assets import tokenizer_dir
 from genlm_core.tokenization import decode_vocab
 
 

@@ -3,8 +3,8 @@
 The device kit (``benchmarks/gpu/prepare.sh``) carries each tiny model's directory
 without its ``model.safetensors`` (random weights do not compress, and tiny-llama3's
 are 65 MB); this writes them again with the recipe's own function
-(``genlm_core.assets._convert.lm.save_tiny_lm``: a seeded random init over the
-model's tokenizer) and keeps the carried marker, so ``genlm_core.assets`` serves the
+(``genlm_assets._convert.lm.save_tiny_lm``: a seeded random init over the
+model's tokenizer) and keeps the carried marker, so ``genlm_assets`` serves the
 directory as built. Another torch version may draw other weights than the CPU build
 did: every test run there compares the GPU with the CPU on these same weights.
 
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from genlm_core.assets._convert.lm import save_tiny_lm
+from genlm_assets._convert.lm import save_tiny_lm
 
 TINY = {"tiny-gpt2": ("gpt2", "gpt2-npm"), "tiny-llama3": ("llama", "llama3")}
 

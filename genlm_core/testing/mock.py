@@ -134,7 +134,7 @@ def _load_tokenizer(model_name: str) -> Any:
     if path.is_dir():
         return AutoTokenizer.from_pretrained(path)
     if model_name in ASSET_ALIASES:
-        from genlm_core.assets import tokenizer_dir
+        from genlm_assets import tokenizer_dir
 
         return AutoTokenizer.from_pretrained(tokenizer_dir(ASSET_ALIASES[model_name]))
     from genlm_core.loading import cached_snapshot, resolve_model_name

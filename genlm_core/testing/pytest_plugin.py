@@ -97,7 +97,7 @@ def installed_backends() -> dict[str, Registered]:
 @pytest.fixture(scope="session")
 def asset_tokenizer_dir() -> Callable[[str], Path]:
     """``asset_tokenizer_dir(name)``: a registry-sourced tokenizer dir (fetched once, cached)."""
-    from genlm_core.assets import tokenizer_dir
+    from genlm_assets import tokenizer_dir
 
     return tokenizer_dir
 
@@ -105,6 +105,6 @@ def asset_tokenizer_dir() -> Callable[[str], Path]:
 @pytest.fixture(scope="session")
 def asset_model_dir() -> Callable[[str], Path]:
     """``asset_model_dir(name)``: a registry-sourced model dir (fetched once, cached)."""
-    from genlm_core.assets import model_dir
+    from genlm_assets import model_dir
 
     return model_dir

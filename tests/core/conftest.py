@@ -21,7 +21,7 @@ from byte_oracle import gpt2_bytes
 def _tokenizer(name: str) -> Any:
     from transformers import AutoTokenizer
 
-    from genlm_core.assets import tokenizer_dir
+    from genlm_assets import tokenizer_dir
 
     return AutoTokenizer.from_pretrained(tokenizer_dir(name), local_files_only=True)
 

@@ -1,4 +1,4 @@
-"""genlm_core.assets: registry-sourced tokenizers and models, cached atomically.
+"""genlm_assets: registry-sourced tokenizers and models, cached atomically.
 
 The tokenizer and model tests use the real cache ($GENLM_ASSETS_DIR or
 ~/.cache/genlm-core/assets), fetching on first use. The cache-mechanics tests build
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from session_requires import require
 
-from genlm_core import assets
-from genlm_core.assets._convert.recipes import MODELS, TOKENIZERS
-from genlm_core.assets.cli import main as cli_main
+import genlm_assets as assets
+from genlm_assets._convert.recipes import MODELS, TOKENIZERS
+from genlm_assets.cli import main as cli_main
 from genlm_core.errors import GenlmError
 
 # name -> (len(tokenizer), largest id + 1, ids of "Hello world" without special tokens)
@@ -97,7 +97,7 @@ def test_cached_assets_load_offline_with_no_registry(tmp_path):
         assets.model_dir(name)
     code = (
         "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-        "from genlm_core import assets\n"
+        "import genlm_assets as assets\n"
         "tokenizers = [assets.tokenizer_dir(name) for name in assets.TOKENIZER_NAMES]\n"
         f"models = [assets.model_dir(name) for name in {TINY_MODELS!r}]\n"
         "AutoTokenizer.from_pretrained(assets.tokenizer_dir('gpt2-npm'))\n"
@@ -134,7 +134,7 @@ def test_converted_rank_table_encodes_like_tiktoken(name, tokenizer_of):
     spec = json.loads((path / "tokenizer.json").read_text())
     pattern = spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]
     special = {t["content"] for t in spec["added_tokens"]}
-    from genlm_core.assets._convert.tiktoken import _byte_alphabet
+    from genlm_assets._convert.tiktoken import _byte_alphabet
 
     unbyte = {c: b for b, c in enumerate(_byte_alphabet())}
     ranks = {
@@ -152,7 +152,7 @@ def test_tiny_model_loads_with_recorded_weights(name):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from genlm_core.assets._convert.lm import weights_sha256
+    from genlm_assets._convert.lm import weights_sha256
 
     path = assets.model_dir(name)
     assert path == assets.assets_root() / "models" / name
@@ -174,7 +174,7 @@ def test_smollm2_is_a_real_model():
     import torch
     from transformers import AutoModelForCausalLM
 
-    from genlm_core.assets._convert.lm import weights_sha256
+    from genlm_assets._convert.lm import weights_sha256
 
     path = assets.model_dir("smollm2-135m-instruct")
     config = json.loads((path / "config.json").read_text())
@@ -321,7 +321,7 @@ def test_concurrent_processes_build_once(seeded_root):
     """Two processes wait on the lock held here, then exactly one of them builds."""
     code = (
         "import json\n"
-        "from genlm_core import assets\n"
+        "import genlm_assets as assets\n"
         f"path = assets.tokenizer_dir({CHEAP!r})\n"
         "print(json.loads((path / assets.MARKER).read_text())['build_id'])\n"
     )
@@ -430,7 +430,7 @@ def test_cli_rejects_unknown_names_before_fetching(seeded_root, capsys):
 
 def test_cli_runs_as_a_module(seeded_root):
     done = subprocess.run(
-        [sys.executable, "-m", "genlm_core.assets", "list"],
+        [sys.executable, "-m", "genlm_assets", "list"],
         env={**os.environ, assets.ENV_VAR: str(seeded_root)},
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
@@ -482,7 +482,7 @@ def test_download_progress_bar_follows_the_file_the_client_writes(tmp_path, caps
     import threading
     import time
 
-    from genlm_core.assets.progress import watch_download
+    from genlm_assets.progress import watch_download
 
     chunk, chunks = 1 << 20, 3
     scratch = tmp_path / ".tmp" / "pip-unpack-x"
@@ -505,7 +505,7 @@ def test_download_progress_bar_follows_the_file_the_client_writes(tmp_path, caps
 
 
 def test_download_progress_is_silent_when_not_a_terminal(tmp_path, capsys):
-    from genlm_core.assets.progress import watch_download
+    from genlm_assets.progress import watch_download
 
     with watch_download(tmp_path, 10, "pkg.whl"):  # stderr is captured: not a terminal
         (tmp_path / "pkg.whl").write_bytes(b"0123456789")

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import BertTokenizer, PreTrainedTokenizerFast, SentencePieceBackend
 
-from genlm_core.assets import tokenizer_dir
+from genlm_assets import tokenizer_dir
 from genlm_core.errors import UnsupportedTokenizerError
 from genlm_core.tokenization import decode_vocab
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
-from genlm_core import assets
+import genlm_assets as assets
 from genlm_core.errors import InvalidArgumentError, ModelNotFoundError
 from genlm_core.loading import resolve_model_name
 

@@ -1,6 +1,6 @@
 """decode_vocab on real tokenizers of every supported family.
 
-Tokenizers come from ``genlm_core.assets`` (registry packages, cached; no hub).
+Tokenizers come from ``genlm_assets`` (registry packages, cached; no hub).
 Each family is loaded once (module-scoped, parametrized fixture), so pytest runs all
 tests of one tokenizer before loading the next.
 """

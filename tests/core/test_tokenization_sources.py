@@ -11,7 +11,7 @@ from session_requires import require
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, SentencePieceBackend
 
-from genlm_core.assets import tokenizer_dir
+from genlm_assets import tokenizer_dir
 from genlm_core.errors import UnsupportedTokenizerError
 from genlm_core.tokenization import decode_vocab, get_byte_vocab
 

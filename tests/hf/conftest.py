@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from genlm_core.tokenization import decode_vocab  # noqa: E402
 from genlm_hf.lm import AsyncTransformer  # noqa: E402
 
-#: Asset name of each test model (genlm_core.assets).
+#: Asset name of each test model (genlm_assets).
 MODELS = {
     "tiny-gpt2": "tiny-gpt2",  # GPT-2: absolute position embeddings
     "tiny-llama3": "tiny-llama3",  # Llama: rotary, Llama-3 vocabulary (128k)

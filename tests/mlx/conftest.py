@@ -26,7 +26,7 @@ if HAVE_MLX:
     # Before any test module imports mlx (mlx_lm does): picks the BLAS, see genlm_mlx._blas.
     import genlm_mlx.lm  # noqa: F401
 
-#: Asset name of each test model (genlm_core.assets).
+#: Asset name of each test model (genlm_assets).
 MODELS = {
     "smollm2": "smollm2-135m-instruct",  # real Llama-architecture model, 135M
     "tiny-llama-spm": "tiny-llama-spm",  # Llama, SentencePiece vocabulary

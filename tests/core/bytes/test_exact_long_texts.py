@@ -90,7 +90,7 @@ async def test_windows_equal_reading_byte_by_byte(llm, eos):
 
 _GROWTH = """
 import asyncio, resource, sys
-from genlm_core.assets import tokenizer_dir
+from genlm_assets import tokenizer_dir
 from genlm_core.bytes import log_likelihood
 from genlm_core.testing import MockAsyncLM
 from transformers import AutoTokenizer
@@ -197,7 +197,7 @@ async def test_short_windows_keep_the_candidates_that_start_a_window(window, loo
     """SmolLM2's tokenizer has 81-byte tokens: a window's first contexts can end the text."""
     from transformers import AutoTokenizer
 
-    from genlm_core.assets import model_dir
+    from genlm_assets import model_dir
 
     text = b"The history of the city dates back to the Roman period, when a small settlement grew."
     model = MockAsyncLM(AutoTokenizer.from_pretrained(str(model_dir("smollm2-135m-instruct"))))

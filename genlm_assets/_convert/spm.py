@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from genlm_core.assets._convert.hfdir import save_tokenizer
+from genlm_assets._convert.hfdir import save_tokenizer
 
 __all__ = ["save_llama_spm", "save_unigram_spm"]
 

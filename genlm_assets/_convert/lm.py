@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from genlm_core.assets._convert.hfdir import add_top_level_rope_theta, save_tokenizer
+from genlm_assets._convert.hfdir import add_top_level_rope_theta, save_tokenizer
 
 __all__ = [
     "TINY_SEED",

