@@ -1,6 +1,8 @@
 """The project's own backends, so users hear of those not installed and how to get them.
 
-Each official backend ships as its own distribution, and each owns its install recipe:
+What genlm-core knows of them is data: the table ``official.toml`` next to this module
+(each backend's distribution, genlm-backend's class name for it, its libraries). Each
+official backend ships as its own distribution, and each owns its install recipe:
 the data file ``genlm_X/install.toml`` (``plugins/genlm_X/src/genlm_X/install.toml`` in
 a checkout), read by :mod:`genlm_core.plugins._recipe` (its docstring has the format):
 the distribution, where it runs, and which extra brings the engine on a machine, with
@@ -20,6 +22,7 @@ import importlib.metadata
 import importlib.util
 import platform
 import shlex
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,10 +56,14 @@ class OfficialBackend:
     Attributes:
         name: The backend name (``backend=...``).
         distribution: Its distribution on PyPI.
+        model_class: genlm-backend's name for its model class, in the plugin's ``lm``.
+        libraries: The distributions behind it whose versions ``genlm doctor`` reports.
     """
 
     name: str
     distribution: str
+    model_class: str = ""
+    libraries: tuple[str, ...] = ()
 
     @property
     def package(self) -> str:
@@ -70,12 +77,15 @@ class OfficialBackend:
         return found.runs_on if found is not None else ""
 
 
-OFFICIAL_BACKENDS = (
-    OfficialBackend("vllm", "genlm-vllm"),
-    OfficialBackend("sgl", "genlm-sgl"),
-    OfficialBackend("mlx", "genlm-mlx"),
-    OfficialBackend("hf", "genlm-hf"),
-)
+def _table() -> tuple[OfficialBackend, ...]:
+    text = Path(__file__).with_name("official.toml").read_text(encoding="utf-8")
+    return tuple(
+        OfficialBackend(name, row["distribution"], row["model_class"], tuple(row["libraries"]))
+        for name, row in tomllib.loads(text).items()
+    )
+
+
+OFFICIAL_BACKENDS = _table()
 _BY_NAME = {b.name: b for b in OFFICIAL_BACKENDS}
 
 
