@@ -1,7 +1,5 @@
-"""genlm-backend's ``genlm.backend.cache`` path for :class:`OutputCache` (genlm_core.runtime)."""
+"""genlm-backend's ``genlm.backend.cache`` path: see :mod:`genlm_core.compat.genlm_backend`."""
 
-from __future__ import annotations
-
-from genlm_core.runtime._cache import OutputCache
+from genlm_core.compat.genlm_backend import OutputCache as OutputCache
 
 __all__ = ["OutputCache"]

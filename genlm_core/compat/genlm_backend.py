@@ -1,0 +1,95 @@
+"""genlm-backend's ``genlm.backend.llm`` and ``genlm.backend.cache`` names.
+
+``from genlm.backend.llm import AsyncTransformer, MockAsyncLM`` becomes
+``from genlm_core.llm import AsyncTransformer, MockAsyncLM``. The model classes live in
+the backend plugins (genlm-hf, genlm-vllm, genlm-mlx, genlm-sgl: the table
+``genlm_core/plugins/official.toml`` names each one's class). Asking for one imports
+its plugin; where that fails (the plugin or its engine is not installed), the name is
+a placeholder class, as genlm-backend 0.3.1 defines for absent engines: the import
+works (llamppl imports ``AsyncMlxLM`` at module level on every machine),
+``isinstance`` is False for every model, and constructing it or calling ``from_name``
+raises :class:`~genlm_core.errors.PluginLoadError` (an ``ImportError``) with the
+plugin's install command for this machine. Nothing is imported until a name is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, NoReturn
+
+from genlm_core.runtime._cache import OutputCache
+
+__all__ = ["OutputCache", "llm_name", "placeholder"]
+
+#: ``genlm.backend.llm``'s names that are the core's; the rest are the plugins' classes.
+_CORE = {
+    "AsyncLM": "genlm_core.lm",
+    "MockAsyncLM": "genlm_core.testing.mock",
+    "load_model_by_name": "genlm_core.loading",
+}
+
+
+def llm_name(name: str, module: str = "genlm_core.llm") -> Any:
+    """The value of ``genlm.backend.llm``'s ``name`` (a placeholder's ``__module__`` is ``module``).
+
+    Raises:
+        AttributeError: ``name`` is not one of :data:`LLM_NAMES`.
+    """
+    if name in _CORE:
+        return getattr(importlib.import_module(_CORE[name]), name)
+    from genlm_core.plugins.official import OFFICIAL_BACKENDS
+
+    for backend in OFFICIAL_BACKENDS:
+        if backend.model_class == name:
+            try:
+                return getattr(importlib.import_module(f"{backend.package}.lm"), name)
+            except ImportError as exc:
+                return placeholder(name, backend.name, exc, module)
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def placeholder(
+    name: str, backend: str, cause: ImportError, module: str = "genlm_core.llm"
+) -> type:
+    """A stand-in for model class ``name`` of backend ``backend``, which failed to import.
+
+    Args:
+        name: The model class's name (``"AsyncMlxLM"``).
+        backend: Its official backend (``"mlx"``).
+        cause: Why the plugin's module did not import.
+        module: The placeholder's ``__module__``: the path it was imported from.
+
+    Returns:
+        A class whose construction and ``from_name`` raise
+        :class:`~genlm_core.errors.PluginLoadError` naming ``cause`` and the install
+        command.
+    """
+    from genlm_core.plugins.official import install_hint
+
+    package = f"genlm_{backend}"
+    missing = getattr(cause, "name", None)
+    if isinstance(cause, ModuleNotFoundError) and missing and missing.split(".")[0] == package:
+        why = f"genlm-{backend} is not installed"
+    else:
+        why = f"genlm-{backend} cannot be imported here ({type(cause).__name__}: {cause})"
+    message = f"{name} is genlm-{backend}'s model class, and {why}: {install_hint(backend)}"
+
+    def fail(*args: Any, **kwargs: Any) -> NoReturn:
+        from genlm_core.errors import PluginLoadError
+
+        raise PluginLoadError(message) from cause
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        fail()
+
+    return type(
+        name,
+        (),
+        {
+            "__doc__": f"Placeholder: {message}",
+            "__module__": module,
+            "__init__": __init__,
+            "from_name": classmethod(fail),
+            "unavailable_reason": message,
+        },
+    )
