@@ -22,6 +22,13 @@ touches no network.
 Command line: ``genlm models`` (what there is, what is cached) and ``genlm fetch
 NAME`` (build it, print its dir); ``python -m genlm_assets`` has the same
 ``list`` / ``fetch`` / ``path`` commands.
+
+Not part of the core: a plugin package (:mod:`genlm_assets._plugin`, entry point
+``assets`` in the ``genlm.plugins`` group) that ships in the genlm-core distribution,
+so that ``pip install "genlm-core[assets]"`` brings it. It imports only genlm-core's
+public names, and ``genlm_core`` never imports it (``tests/core/test_boundary.py``),
+so it can become its own distribution by moving this folder out and giving it a
+``pyproject.toml`` with that entry point and the ``assets`` extra's dependencies.
 """
 
 from __future__ import annotations

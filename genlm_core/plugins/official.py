@@ -112,7 +112,8 @@ class Host:
 def _checkout_plugins() -> Path | None:
     """The ``plugins/`` folder when genlm-core runs from a source checkout, else None."""
     folder = Path(__file__).resolve().parents[2] / "plugins"
-    return folder if (folder / "genlm_hf" / "pyproject.toml").is_file() else None
+    found = any((folder / b.package / "pyproject.toml").is_file() for b in OFFICIAL_BACKENDS)
+    return folder if found else None
 
 
 def _installed(distribution: str) -> bool:

@@ -23,6 +23,7 @@ SITE = ROOT / "site"
 PACKAGES = {
     "genlm_core": "genlm_core/__init__.py",
     "genlm_core.bytes": "genlm_core/bytes/__init__.py",
+    "genlm_assets": "genlm_assets/__init__.py",
     "genlm_hf": "plugins/genlm_hf/src/genlm_hf/__init__.py",
     "genlm_vllm": "plugins/genlm_vllm/src/genlm_vllm/__init__.py",
     "genlm_mlx": "plugins/genlm_mlx/src/genlm_mlx/__init__.py",

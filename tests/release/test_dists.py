@@ -23,7 +23,8 @@ DIST_INFO = {"METADATA", "WHEEL", "RECORD", "entry_points.txt", "licenses/LICENS
 SDIST_EXTRAS = {"PKG-INFO", "pyproject.toml", "README.md", "LICENSE", ".gitignore"}
 #: Entry points, written out: the plugins' ``genlm.backends`` names are the backend names.
 ENTRY_POINTS = {
-    "genlm-core": "[console_scripts]\ngenlm = genlm_core.cli:main\n",
+    "genlm-core": "[console_scripts]\ngenlm = genlm_core.cli:main\n\n"
+    "[genlm.plugins]\nassets = genlm_assets._plugin\n",
     "genlm-hf": "[genlm.backends]\nhf = genlm_hf._plugin\n",
     "genlm-vllm": "[genlm.backends]\nvllm = genlm_vllm._plugin\n",
     "genlm-mlx": "[genlm.backends]\nmlx = genlm_mlx._plugin\n",
@@ -53,11 +54,17 @@ def test_the_wheel_holds_the_package_as_in_the_sources_and_its_dist_info(project
 
 @each
 def test_the_package_is_typed_and_has_no_tests_or_stray_files(project):
-    package = {f for f in wheel_files(project) if not f.startswith(f"{project.package}-")}
-    assert f"{project.package}/py.typed" in package
-    # A plugin's install recipe (install.toml) is package data genlm-core reads.
-    recipe = {f"{project.package}/install.toml"} if project.folder != ROOT else set()
-    assert {f for f in package if not f.endswith(".py")} == {f"{project.package}/py.typed"} | recipe
+    info = f"{project.package}-{project.version}.dist-info/"
+    package = {f for f in wheel_files(project) if not f.startswith(info)}
+    typed = {f"{p}/py.typed" for p in project.packages}
+    assert typed <= package
+    # Data files genlm-core reads: a plugin's install recipe (install.toml), and the
+    # core's table of the official backends.
+    if project.folder != ROOT:
+        data = {f"{project.package}/install.toml"}
+    else:
+        data = {"genlm_core/plugins/official.toml"}
+    assert {f for f in package if not f.endswith(".py")} == typed | data
     assert not [f for f in package if "/tests/" in f or f.rpartition("/")[2].startswith("test_")]
 
 

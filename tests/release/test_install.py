@@ -76,15 +76,16 @@ def venv_python(venv: Path, code: str) -> str:
 def test_the_packages_come_from_the_wheels_on_the_cpu_torch(stack):
     backend, venv, _ = stack
     code = (
-        "import importlib.metadata as m, sysconfig, genlm_core, torch\n"
+        "import importlib.metadata as m, sysconfig, genlm_assets, genlm_core, torch\n"
         f"import genlm_{backend} as plugin\n"
-        "print(sysconfig.get_paths()['purelib'], genlm_core.__file__, plugin.__file__)\n"
+        "print(sysconfig.get_paths()['purelib'], genlm_core.__file__, plugin.__file__,"
+        " genlm_assets.__file__)\n"
         f"print(torch.__version__, m.version('genlm-core'), m.version('genlm-{backend}'))\n"
         "print(m.distribution('genlm-core').read_text('direct_url.json'))\n"
     )
     paths, versions, direct_url = venv_python(venv, code).splitlines()
-    site, core_file, plugin_file = (Path(p) for p in paths.split())
-    assert core_file.is_relative_to(site) and plugin_file.is_relative_to(site)
+    site, *files = (Path(p) for p in paths.split())
+    assert all(f.is_relative_to(site) for f in files)  # genlm_core, the plugin, genlm_assets
     core, plugin = by_name("genlm-core"), by_name(f"genlm-{backend}")
     # The CPU torch the README installs first is kept; the versions are the built ones.
     assert versions == f"2.13.0+cpu {core.version} {plugin.version}"

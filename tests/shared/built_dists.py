@@ -43,10 +43,21 @@ class Project:
         return self.name.replace("-", "_")
 
     @property
+    def packages(self) -> tuple[str, ...]:
+        """Every import package its wheel holds: genlm-core's are genlm_core and genlm_assets."""
+        wheel = self.pyproject.get("tool", {}).get("hatch", {}).get("build", {})
+        listed = wheel.get("targets", {}).get("wheel", {}).get("packages", [])
+        return tuple(p.rsplit("/", 1)[-1] for p in listed) or (self.package,)
+
+    def folder_of(self, package: str) -> Path:
+        """An import package's folder: ``src/<package>`` in a plugin, else ``<package>``."""
+        src = self.folder / "src" / package
+        return src if src.is_dir() else self.folder / package
+
+    @property
     def source(self) -> Path:
-        """The import package's folder: ``src/<package>`` in a plugin, else ``<package>``."""
-        src = self.folder / "src" / self.package
-        return src if src.is_dir() else self.folder / self.package
+        """The main import package's folder (the distribution's name)."""
+        return self.folder_of(self.package)
 
     @property
     def version(self) -> str:
@@ -58,15 +69,17 @@ class Project:
         return re.search(r'^__version__ = "([^"]+)"$', text, re.MULTILINE).group(1)
 
     def source_files(self) -> set[str]:
-        """The package's files git tracks or would track, relative to ``source``'s parent."""
-        listed = subprocess.run(
-            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "."],
-            cwd=self.source,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split("\0")
-        files = {f"{self.package}/{f}" for f in listed if f}
+        """Its packages' files git tracks or would track, relative to ``source``'s parent."""
+        files = set()
+        for package in self.packages:
+            listed = subprocess.run(
+                ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "."],
+                cwd=self.folder_of(package),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split("\0")
+            files |= {f"{package}/{f}" for f in listed if f}
         return {f for f in files if (self.source.parent / f).is_file()}  # not deleted ones
 
     def wheel(self) -> Path:
