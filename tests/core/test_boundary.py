@@ -5,6 +5,7 @@ through its entry point; only the test kit (``genlm_core.testing``) may use it.
 """
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,20 @@ def test_no_core_source_names_genlm_assets_in_an_import():
             if any(n.split(".")[0] == "genlm_assets" for n in names):
                 offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
     assert offenders == []
+
+
+def test_with_the_assets_plugin_disabled_names_say_how_to_get_it_back():
+    code = (
+        "from genlm_core.loading import embedded_model, resolve_model_name\n"
+        "print(embedded_model('smollm2-135m-instruct'))\n"
+        "resolve_model_name('smollm2-135m-instruct')\n"
+    )
+    env = {**os.environ, "GENLM_PLUGINS": "", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 1 and proc.stdout == "None\n", proc.stderr
+    assert proc.stderr.rstrip().endswith(
+        "enable a plugin that names models (genlm-core's embedded models come from its "
+        "'assets' plugin: check GENLM_PLUGINS and GENLM_DISABLE_PLUGINS)"
+    ), proc.stderr
