@@ -263,6 +263,10 @@ def _backend_session(backend: str) -> None:
             session.install(*REFERENCE)
             session.install("--no-deps", *CLIENTS)
             declare_installed(session, *REFERENCE_MODULES)
+        if backend == "vllm" and engine:
+            # vLLM's Ray executor (distributed_executor_backend="ray"): tests/vllm/test_scale_out.py
+            session.install("ray")
+            declare_installed(session, "ray")
         if backend != "hf" and engine:
             # genlm-hf is what its log-probs (and LoRA adapters: peft) are checked against.
             session.install("-e", f"{plugin_dir('hf')}[peft]")

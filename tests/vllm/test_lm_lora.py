@@ -166,3 +166,18 @@ class TestAdapterConformance(LoraConformance):
     @pytest.fixture
     def lora_adapters(self, adapters):
         return adapters["a"], adapters["b"]
+
+
+async def test_live_base_and_lora_contexts_in_one_batch(pair):
+    """Base and adapted contexts extended together, live (each under its own adapter)."""
+    lm, hf = pair
+    await lm.release_all()
+    calls = [([1, 5, 6, 7], n) for n in (None, "a", "b")] + [([1, 8, 9], n) for n in (None, "a")]
+    extended = lm._live.extended
+    for step in range(3):
+        outs = await asyncio.gather(*(lm.next_token_logprobs(p, lora_name=n) for p, n in calls))
+        for (p, name), out in zip(calls, outs, strict=True):
+            assert max_err(out, await hf.next_token_logprobs(p, lora_name=name)) < ATOL
+        calls = [([*p, 40 + step], n) for p, n in calls]
+    # 5 contexts on an engine of 4 slots: some are released each round, the rest extended
+    assert lm._live.extended - extended >= len(calls)

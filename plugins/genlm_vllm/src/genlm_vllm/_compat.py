@@ -31,6 +31,7 @@ __all__ = [
     "SUPPORTED",
     "RowCapture",
     "check_engine",
+    "check_streaming",
     "check_version",
     "mixes_base_and_lora_rows",
     "shutdown_engine",
@@ -82,6 +83,13 @@ class RowCapture:
         self._get_output = self._client.get_output
         self._watched: set[str] = set()
         self._rows: dict[str, Any] = {}
+        self._ends: dict[str, Any] = {}
+        #: Tokens the engine computed, from vLLM's per-iteration scheduler counters
+        #: (only counted when the engine runs with ``disable_log_stats=False`` and
+        #: ``enable_logging_iteration_details=True``; see :attr:`counting`).
+        self.computed_tokens = 0
+        self.core_ms = 0.0  # the engine core's time in those iterations (model + sampler)
+        self.counting = False
         self._client.get_output = self._capture
 
     @classmethod
@@ -97,9 +105,18 @@ class RowCapture:
         outputs = self._get_output()
         if self._watched:
             for out in outputs.outputs:
-                if out.request_id in self._watched and out.new_logprobs is not None:
-                    self._rows[out.request_id] = out.new_logprobs
-                    out.new_logprobs = None  # skip the front end's per-token Python objects
+                if out.request_id in self._watched:
+                    if out.new_logprobs is not None:
+                        self._rows[out.request_id] = out.new_logprobs
+                        out.new_logprobs = None  # skip the front end's Python objects
+                    if out.finish_reason is not None:
+                        self._ends[out.request_id] = out.finish_reason
+        stats = outputs.scheduler_stats
+        details = getattr(stats, "iteration_details", None)
+        if details is not None:
+            self.counting = True
+            self.computed_tokens += details.num_ctx_tokens + details.num_generation_tokens
+            self.core_ms += details.elapsed_ms
         return outputs
 
     def watch(self, request_id: str) -> None:
@@ -110,6 +127,15 @@ class RowCapture:
         """Stop watching ``request_id`` and drop its row if it was not taken."""
         self._watched.discard(request_id)
         self._rows.pop(request_id, None)
+        self._ends.pop(request_id, None)
+
+    def ended(self, request_id: str) -> Any:
+        """How a watched request's last turn ended (vLLM's ``FinishReason``), or None yet."""
+        return self._ends.get(request_id)
+
+    def has_row(self, request_id: str) -> bool:
+        """Whether a row of ``request_id`` was captured and not yet taken."""
+        return request_id in self._rows
 
     def take(self, request_id: str, width: int) -> torch.Tensor | None:
         """The captured row of ``request_id`` as a ``(width,)`` float32 tensor, or None.
@@ -120,6 +146,7 @@ class RowCapture:
         Raises:
             EngineOutputError: The row does not cover every token id exactly once.
         """
+        self._ends.pop(request_id, None)
         lists = self._rows.pop(request_id, None)
         if lists is None:
             return None
@@ -140,6 +167,40 @@ class RowCapture:
                 f"0..{width - 1}"
             )
         return row
+
+
+def check_streaming(engine: Any) -> None:
+    """Check that ``engine`` has vLLM 0.32's streaming inputs (resumable requests).
+
+    :class:`~genlm_vllm._streaming.LiveRunner` builds ``EngineCoreRequest`` objects with
+    ``InputProcessor.process_inputs(..., resumable=True)`` and sends them with the
+    engine-core client's ``add_request``/``abort_requests``; the scheduler keeps a
+    resumable request's KV cache between its chunks (``WAITING_FOR_STREAMING_REQ``).
+
+    Raises:
+        UnsupportedVLLMError: A piece moved (a vLLM version genlm-vllm does not know).
+    """
+    import inspect
+
+    missing = []
+    processor = getattr(engine, "input_processor", None)
+    process = getattr(processor, "process_inputs", None)
+    if process is None or "resumable" not in inspect.signature(process).parameters:
+        missing.append("input_processor.process_inputs(resumable=...)")
+    if not callable(getattr(processor, "assign_request_id", None)):
+        missing.append("input_processor.assign_request_id")
+    for name in ("add_request", "abort_requests"):
+        if not callable(getattr(engine.engine_core, name, None)):
+            missing.append(f"engine_core.{name}")
+    try:
+        from vllm.v1.request import RequestStatus
+
+        RequestStatus.WAITING_FOR_STREAMING_REQ  # noqa: B018 - the scheduler's parked state
+    except (ImportError, AttributeError):
+        missing.append("vllm.v1.request.RequestStatus.WAITING_FOR_STREAMING_REQ")
+    require_pieces(
+        "this vLLM's streaming inputs", missing, install=INSTALL, error=UnsupportedVLLMError
+    )
 
 
 def mixes_base_and_lora_rows(engine: Any) -> bool:

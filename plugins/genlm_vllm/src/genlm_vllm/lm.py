@@ -3,7 +3,9 @@
 Concurrent ``next_token_logprobs`` calls are coalesced by genlm-core's AutoBatcher
 (deduplicated, output-cached); each batch goes to the engine as one set of
 ``max_tokens=1, logprobs=-1`` requests, which vLLM schedules with its continuous
-batching and prefix cache. Rows are collected by request id, so a batch larger than
+batching and prefix cache. Each computed context stays live in the engine (a resumable
+request, :mod:`genlm_vllm._streaming`): a call extending it by one token sends only
+that token. Rows are collected by request id, so a batch larger than
 the engine's ``max_num_seqs`` (vLLM then runs it over several steps) comes back
 complete and in order; see :mod:`genlm_vllm._engine`. ``sample``/``batch_sample`` use
 vLLM's own sampler. LoRA adapters: genlm-core keeps the table of versions; each version
@@ -31,6 +33,7 @@ from genlm_core.lm import (
 )
 from genlm_vllm._compat import check_version, shutdown_engine
 from genlm_vllm._engine import EngineRunner
+from genlm_vllm._streaming import LiveRunner
 from genlm_vllm.errors import ModelLoadError
 
 __all__ = ["CPU_KV_CACHE_BYTES", "DEFAULT_ENGINE_OPTS", "VLLM_TEMPERATURES", "AsyncVirtualLM"]
@@ -61,6 +64,10 @@ class AsyncVirtualLM(GenlmBackendCompat, EngineLM):
         llm: A ``vllm.LLM`` created with ``max_logprobs=-1`` (``from_name`` does this).
         batch_size: Most distinct requests handed to the engine at once (default 256;
             vLLM still runs at most ``max_num_seqs`` per step).
+        live_contexts: Keep each computed context live in the engine so that a call
+            extending it by one token computes that token only (default True; see
+            :mod:`genlm_vllm._streaming`). False: every call is a new engine request
+            and only vLLM's prefix cache (whole KV blocks) is reused.
         max_wait: Seconds a batch may wait for more callers (default 0).
         **kwargs: ``owns_engine`` (see :class:`~genlm_core.backend_kit.EngineLM`) and the
             cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`.
@@ -74,6 +81,7 @@ class AsyncVirtualLM(GenlmBackendCompat, EngineLM):
         llm: Any,
         batch_size: int | None = None,
         max_wait: float | None = None,
+        live_contexts: bool = True,
         **kwargs: Any,
     ) -> None:
         import vllm
@@ -99,6 +107,7 @@ class AsyncVirtualLM(GenlmBackendCompat, EngineLM):
         self.max_model_len = int(config.max_model_len)
         self._lora_enabled_at_start = engine.vllm_config.lora_config is not None
         self._runner = EngineRunner(engine, width)
+        self._live = LiveRunner.of(engine, width) if live_contexts else None
 
     @classmethod
     def engine_options(cls, engine_opts: dict[str, Any]) -> dict[str, Any]:
@@ -156,9 +165,8 @@ class AsyncVirtualLM(GenlmBackendCompat, EngineLM):
     def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
         """Log-probs of distinct requests: one engine run, rows matched by request id."""
         # No guard of its own: once cleanup() has begun the core starts no batch.
-        return self._runner.logprobs(
-            [(req.token_ids, self.adapter_handle(req)) for req in requests]
-        )
+        runner = self._live if self._live is not None else self._runner
+        return runner.logprobs([(req.token_ids, self.adapter_handle(req)) for req in requests])
 
     def validate_token_ids(self, token_ids: Any) -> tuple[int, ...]:
         """Check a prompt (see the base class) and that it leaves room for one token."""
@@ -282,23 +290,29 @@ class AsyncVirtualLM(GenlmBackendCompat, EngineLM):
         return request
 
     def _unload_from_engine(self, handle: Any) -> None:
+        live = LiveRunner.existing(self._runner.engine)
+        if live is not None:  # its live contexts hold the adapter's rows
+            live.release([handle.lora_int_id])
         self._runner.engine.remove_lora(handle.lora_int_id)
 
     def _shutdown_engine(self) -> None:
         shutdown_engine(self._runner.engine)
 
     def _drop_engine(self) -> None:
-        self.llm = self._runner = None  # type: ignore[assignment]
+        self.llm = self._runner = self._live = None  # type: ignore[assignment]
 
     # -- genlm-backend 0.3.1 compatibility ------------------------------------------------
 
     async def release_all(self) -> None:
-        """Kept for genlm-backend's clients; no request outlives its call here.
+        """Release every live context of the engine (their KV blocks and request slots).
 
-        genlm-backend kept finished requests alive in the engine to extend them later,
-        and this evicted them. Here each request ends with its row, and vLLM's prefix
-        cache keeps what is worth reusing.
+        As genlm-backend's: call it at the end of an inference run. Nothing is lost:
+        a released context's next call is a new engine request.
         """
+        runner = self._runner
+        live = None if runner is None else LiveRunner.existing(runner.engine)
+        if live is not None:
+            await asyncio.to_thread(live.release)
 
 
 # -- helpers -------------------------------------------------------------------------------
