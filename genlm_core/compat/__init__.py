@@ -1,0 +1,1 @@
+"""genlm-backend's and genlm-bytes' old import paths, kept so that migrating is a rename."""
