@@ -1,7 +1,7 @@
 """What Qwen3's NFC normalizer costs ExactByteState: the same vocabulary with and without it.
 
 Qwen3's tokenizer normalizes text to NFC first; the canonical filter then also keeps
-the text NFC (genlm_core/bytes/canonical/nfc.py). This runs, in one process over
+the text NFC (genlm_core/bytes/exact/canonical/nfc.py). This runs, in one process over
 MockAsyncLM, Qwen3's tokenizer as it is and the same tokenizer with its normalizer
 removed (the plain byte-level filter over the same 151k tokens), alternating:
 

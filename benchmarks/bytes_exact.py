@@ -301,7 +301,7 @@ def rule_figures(n: int) -> None:
     from transformers import AutoTokenizer
 
     from genlm_assets import model_dir, tokenizer_dir
-    from genlm_core.bytes.canonical import EMPTY, CanonicalFilter
+    from genlm_core.bytes.exact.canonical import EMPTY, CanonicalFilter
     from genlm_core.tokenization import decode_vocab
 
     alphabet = list("ab cdeA1 23 .,!'\n\t-s") + ["é", "中", "文", "😀", " ", "  ", "\n\n", "'s"]

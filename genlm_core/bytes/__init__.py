@@ -23,13 +23,13 @@ tokenizations, with no ``K`` and no threshold::
     state = await state.prefill(b"The capital of Fra")   # logZ: exact log P(bytes)
 
 See ``docs/bytes.md`` for what each computes, and how ``K`` and pruning trade accuracy
-for speed.
+for speed. The beam is :mod:`.byte_lm` (genlm-bytes' paths), the exact state and its
+canonical filters :mod:`.exact`; what they build once per model is in :mod:`.shared_tries`.
 """
 
 from __future__ import annotations
 
 from genlm_core.bytes.byte_lm.beam import ByteBeamState
-from genlm_core.bytes.byte_lm.exact import ExactByteState
 from genlm_core.bytes.byte_lm.heal import TokenHealer
 from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
 from genlm_core.bytes.byte_lm.params import BeamParams
@@ -45,6 +45,7 @@ from genlm_core.bytes.errors import (
     NaNLogProbError,
     NotMaterializedError,
 )
+from genlm_core.bytes.exact.state import ExactByteState
 from genlm_core.bytes.likelihood import TextLikelihood, log_likelihood
 from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs
 from genlm_core.trie.async_trie import AsyncTokenByteTrie

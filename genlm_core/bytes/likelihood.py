@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from genlm_core.bytes.byte_lm.exact import ExactByteState
 from genlm_core.bytes.byte_lm.lm_state import _as_bytes
+from genlm_core.bytes.exact.state import ExactByteState
 from genlm_core.bytes.probs import EOS
 from genlm_core.errors import InvalidArgumentError
 

@@ -1,5 +1,7 @@
 """``LazyByteProbs``: a next-byte distribution over 258 outcomes, and ``logsumexp``.
 
+:func:`next_byte_logps` and :func:`check_byte` serve both byte states (beam and exact).
+
 Index ``b`` (0-255) is byte ``b``, 256 is end-of-token (EOT, also reached as
 ``probs[None]``) and 257 is end-of-sequence (``EOS``). Kept from genlm-bytes 0.2.0.
 """
@@ -11,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from genlm_core._validation import is_integer
 from genlm_core.bytes.errors import InvalidByteError, InvalidByteProbsError, NaNLogProbError
 
-__all__ = ["EOS", "EOT", "LazyByteProbs", "logsumexp"]
+__all__ = ["EOS", "EOT", "LazyByteProbs", "check_byte", "logsumexp", "next_byte_logps"]
 
 EOT = 256  #: index of end-of-token
 EOS = 257  #: index (and virtual byte) of end-of-sequence
@@ -108,3 +111,37 @@ def reject_nan(values: np.ndarray, where: str) -> None:
             f"log-probabilities (e.g. overflowing half-precision logits) or a weight "
             f"computed as inf - inf"
         )
+
+
+def check_byte(a: Any) -> int:
+    """``a`` as an int if it is a byte (0-255) or ``EOS``."""
+    if not is_integer(a) or not (0 <= a <= 255 or a == EOS):
+        raise InvalidByteError(
+            f"a beam reads bytes 0-255 or EOS ({EOS}), got {a!r}; for text, feed "
+            f"text.encode('utf-8') to prefill(), or its bytes one by one"
+        )
+    return int(a)
+
+
+def next_byte_logps(states: list[Any], extended: list[Any]) -> LazyByteProbs:
+    """The next-byte distribution of candidates and of the candidates that ended a token.
+
+    Each candidate contributes its weight plus its own next-byte log-probabilities,
+    except end-of-token: a token ends only by being extended, and the extended
+    candidates contribute in its place. Normalised over bytes and EOS.
+    """
+    rows = np.empty((len(states) + len(extended), 258))
+    for i, state in enumerate([*states, *extended]):
+        rows[i] = state.logp_next.ps
+        rows[i] += state.weight
+    rows[: len(states), EOT] = -np.inf
+    logps = _logsumexp_columns(rows)
+    return LazyByteProbs(logps - logsumexp(logps))
+
+
+def _logsumexp_columns(rows: np.ndarray) -> np.ndarray:
+    """``log(sum(exp(rows), axis=0))``, -inf for all -inf columns."""
+    top = rows.max(axis=0)
+    shift = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.exp(rows - shift).sum(axis=0)) + shift

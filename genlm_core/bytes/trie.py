@@ -1,6 +1,5 @@
-"""genlm-bytes' ``genlm.bytes.trie`` names: the core's byte tries (import path kept)."""
+"""genlm-bytes' ``genlm.bytes.trie`` (import path kept): :mod:`genlm_core.compat.genlm_bytes`."""
 
-from genlm_core.trie.async_trie import AsyncTokenByteTrie
-from genlm_core.trie.byte_trie import EOS, TokenByteTrie, TrieMode
+from genlm_core.compat.genlm_bytes import EOS, AsyncTokenByteTrie, TokenByteTrie, TrieMode
 
 __all__ = ["EOS", "AsyncTokenByteTrie", "TokenByteTrie", "TrieMode"]

@@ -1,9 +1,9 @@
 """Compatibility with the libraries genlm-core re-founds: their old import paths.
 
 Migrating stays an import rename (``genlm.backend`` -> ``genlm_core``, ``genlm.bytes``
--> ``genlm_core.bytes``). Where genlm-backend had a module genlm-core has no concept
-of, the shim code lives here, in one place; the old path is a module of a few lines
-that re-exports it, so imports and type checkers keep working:
+-> ``genlm_core.bytes``). Where genlm-backend or genlm-bytes had a module genlm-core has
+no concept of, the shim code lives here, in one place; the old path is a module of a
+few lines that re-exports it, so imports and type checkers keep working:
 
 * ``genlm_core.llm`` (``genlm.backend.llm``): the model classes (each from its
   backend plugin, or a placeholder that raises the install command),
@@ -11,9 +11,9 @@ that re-exports it, so imports and type checkers keep working:
   :mod:`genlm_core.compat.genlm_backend`.
 * ``genlm_core.cache`` (``genlm.backend.cache``): ``OutputCache``. Code:
   :mod:`genlm_core.compat.genlm_backend`.
+* ``genlm_core.bytes.util`` and ``genlm_core.bytes.trie`` (``genlm.bytes.util``,
+  ``genlm.bytes.trie``). Code: :mod:`genlm_core.compat.genlm_bytes`.
 
-Elsewhere for now: genlm-backend's model method names (``reset_async_queries``,
-``set_lora``, ``clear_lora``) are a base of the model classes, in
-``genlm_core/lm/_compat.py``; genlm-bytes' ``genlm.bytes.util`` and ``genlm.bytes.trie``
-are ``genlm_core/bytes/util.py`` and ``genlm_core/bytes/trie.py``.
+genlm-backend's model method names (``reset_async_queries``, ``set_lora``,
+``clear_lora``) are methods of the model base that call ``genlm_core/lm/_compat.py``.
 """

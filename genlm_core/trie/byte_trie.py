@@ -17,6 +17,7 @@ the clamp genlm-backend's character trie also had).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Hashable, Iterable, Sequence
@@ -116,6 +117,13 @@ class TokenByteTrie:
                     )
         eos_positions = [p for bs in self.eos_byte_strings for p in self._positions_of(bs, atomic)]
         self.eos_token_ids = sorted(int(ids[p]) for p in eos_positions)
+
+    def with_dtype(self, dtype: type) -> TokenByteTrie:
+        """This trie with masses in ``dtype``, sharing its arrays (no second vocabulary scan)."""
+        twin = copy.copy(self)
+        twin.out_dtype = dtype
+        twin._batch_outputs = BatchOutputs(self._arrays.num_nodes, dtype)
+        return twin
 
     # -- construction helpers -------------------------------------------------------
 

@@ -23,13 +23,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import weakref
-from collections.abc import Hashable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from genlm_core._validation import is_integer
 from genlm_core.bytes.byte_lm.heal import TokenHealer
 from genlm_core.bytes.byte_lm.lm_state import (
     StatefulByteLM,
@@ -37,13 +35,13 @@ from genlm_core.bytes.byte_lm.lm_state import (
     _as_bytes,
     initial_token_ids,
 )
-from genlm_core.bytes.byte_lm.off_loop import build_once
 from genlm_core.bytes.byte_lm.params import BeamParams
 from genlm_core.bytes.byte_lm.pruning import certainly_dropped, decisions_unchanged
 from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
-from genlm_core.bytes.errors import EmptyBeamError, InvalidBeamParamsError, InvalidByteError
-from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs, logsumexp
-from genlm_core.trie.async_trie import AsyncTokenByteTrie
+from genlm_core.bytes.errors import EmptyBeamError, InvalidBeamParamsError
+from genlm_core.bytes.probs import LazyByteProbs, check_byte, logsumexp, next_byte_logps
+from genlm_core.bytes.shared_tries import is_shared, shared_trie_async
+from genlm_core.trie.async_trie import AsyncTokenByteTrie  # noqa: F401 - genlm-bytes' beam has it
 
 __all__ = ["BeamParams", "ByteBeamState"]
 
@@ -129,7 +127,7 @@ class ByteBeamState(StatefulByteLM):
 
     async def _advance(self, a: int, *, pruned_next: bool) -> ByteBeamState:
         """``self << a``; with ``pruned_next``, candidates the next prune drops are left out."""
-        a = _check_byte(a)
+        a = check_byte(a)
         if not self.states:
             raise EmptyBeamError(
                 "cannot advance an empty beam: no tokenization of the bytes read so far "
@@ -252,7 +250,7 @@ class ByteBeamState(StatefulByteLM):
     async def cleanup(self) -> None:
         """Stop the batching of a trie this beam does not share (shared tries live on)."""
         for trie in {id(s.trie): s.trie for s in self.states}.values():
-            if not _is_shared(trie):
+            if not is_shared(trie):
                 await trie.cleanup()
 
     async def _adaptive_heal(self, next_byte: int) -> ByteBeamState | None:
@@ -275,107 +273,3 @@ class ByteBeamState(StatefulByteLM):
             mark = "" if share > self.params.prune_threshold else "  (below prune_threshold)"
             lines.append(f"({share:.4f}) {state!r}{mark}")
         return "\n".join(lines) + "\n"
-
-
-# -- helpers -------------------------------------------------------------------------------
-
-
-def _check_byte(a: Any) -> int:
-    if not is_integer(a) or not (0 <= a <= 255 or a == EOS):
-        raise InvalidByteError(
-            f"a beam reads bytes 0-255 or EOS ({EOS}), got {a!r}; for text, feed "
-            f"text.encode('utf-8') to prefill(), or its bytes one by one"
-        )
-    return int(a)
-
-
-def next_byte_logps(states: list[Any], extended: list[Any]) -> LazyByteProbs:
-    """The next-byte distribution of candidates and of the candidates that ended a token.
-
-    Each candidate contributes its weight plus its own next-byte log-probabilities,
-    except end-of-token: a token ends only by being extended, and the extended
-    candidates contribute in its place. Normalised over bytes and EOS.
-    """
-    rows = np.empty((len(states) + len(extended), 258))
-    for i, state in enumerate([*states, *extended]):
-        rows[i] = state.logp_next.ps
-        rows[i] += state.weight
-    rows[: len(states), EOT] = -np.inf
-    logps = _logsumexp_columns(rows)
-    return LazyByteProbs(logps - logsumexp(logps))
-
-
-def _logsumexp_columns(rows: np.ndarray) -> np.ndarray:
-    """``log(sum(exp(rows), axis=0))``, -inf for all -inf columns."""
-    top = rows.max(axis=0)
-    shift = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.log(np.exp(rows - shift).sum(axis=0)) + shift
-
-
-# -- tries shared by beams -------------------------------------------------------------
-
-_TRIES: weakref.WeakKeyDictionary[Any, dict[Hashable, AsyncTokenByteTrie]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def shared_trie(
-    llm: Any, eos_byte_strings: set[bytes], trie_opts: dict[str, Any] | None = None
-) -> AsyncTokenByteTrie:
-    """The ``AsyncTokenByteTrie`` of ``llm``'s vocabulary for these options.
-
-    Built once per model and options and shared by every beam over them, so beams in
-    flight together (SMC particles) also share the trie's batching: their masses come
-    from one kernel call per step. Options that cannot be a dict key get their own trie.
-    """
-    opts = dict(trie_opts or {})
-    opts["eos_byte_strings"] = set(eos_byte_strings)
-    try:
-        key: Hashable | None = frozenset(
-            (name, frozenset(v) if isinstance(v, set) else _hashable(v)) for name, v in opts.items()
-        )
-        per_model = _TRIES.setdefault(llm, {})
-    except TypeError:  # unhashable options, or a model that takes no weak reference
-        key, per_model = None, {}
-    trie = per_model.get(key) if key is not None else None
-    if trie is None:
-        trie = AsyncTokenByteTrie.from_vocab(llm.byte_vocab, **opts)
-        if key is not None:
-            per_model[key] = trie
-    return trie
-
-
-async def shared_trie_async(
-    llm: Any, eos_byte_strings: set[bytes], trie_opts: dict[str, Any] | None = None
-) -> AsyncTokenByteTrie:
-    """:func:`shared_trie`, built in a worker thread (once for concurrent callers)."""
-    opts = dict(trie_opts or {})
-    try:
-        key: Hashable = (
-            "beam trie",
-            id(llm),
-            frozenset(eos_byte_strings),
-            frozenset(
-                (name, frozenset(v) if isinstance(v, set) else _hashable(v))
-                for name, v in opts.items()
-            ),
-        )
-    except TypeError:  # options that cannot be a key: a build of their own
-        key = ("beam trie", object())
-    return await build_once(key, lambda: shared_trie(llm, eos_byte_strings, trie_opts))
-
-
-def _hashable(value: Any) -> Hashable:
-    if isinstance(value, list):
-        return tuple(value)
-    hash(value)  # raises TypeError for what cannot be a key
-    return value
-
-
-def _is_shared(trie: Any) -> bool:
-    while True:  # a build in a worker thread may add a model meanwhile: look again
-        try:
-            return any(trie is t for tries in list(_TRIES.values()) for t in tries.values())
-        except RuntimeError:
-            continue

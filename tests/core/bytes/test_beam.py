@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-import genlm_core.bytes.byte_lm.beam as beam_module
 import genlm_core.bytes.byte_lm.prefill as prefill_module
+import genlm_core.bytes.shared_tries as shared_tries
 from genlm_core.bytes import (
     EOS,
     BeamParams,
@@ -111,10 +111,10 @@ async def test_read_ahead_asks_for_the_path_in_one_prefix_call(llm):
     assert calls == [(1 + n_tokens, 0)]  # BOS + the text's tokens, from the BOS on
 
 
-def test_canonical_tokens_spell_the_bytes_exactly(llm):
+async def test_canonical_tokens_spell_the_bytes_exactly(llm):
     from genlm_core.bytes.byte_lm.prefill import canonical_tokens
 
-    trie = beam_module.shared_trie(llm, set()).trie
+    trie = (await shared_tries.shared_trie_async(llm, set())).trie
     for data in (TEXT, b"\xff\xfeabc", b"caf\xc3", b""):
         tokens = canonical_tokens(llm, trie, data)
         assert b"".join(bytes(llm.byte_vocab[t]) for t in tokens) == data
@@ -228,7 +228,7 @@ async def test_generation_stops_at_eos(llm, tokenizer):
 
 
 async def test_dropped_states_leave_no_mass_arrays_behind(llm):
-    n_nodes = beam_module.shared_trie(llm, set()).trie.num_nodes
+    n_nodes = (await shared_tries.shared_trie_async(llm, set())).trie.num_nodes
 
     def live_masses():
         gc.collect()

@@ -23,7 +23,7 @@ from byte_oracle import ByteOracle
 from transformers import AutoTokenizer
 
 from genlm_core.bytes import CanonicalityUnsupportedError, ExactByteState
-from genlm_core.bytes.canonical import EMPTY, CanonicalFilter
+from genlm_core.bytes.exact.canonical import EMPTY, CanonicalFilter
 from genlm_core.testing import ByteTokenizer, MockAsyncLM
 from genlm_core.tokenization import decode_vocab
 

@@ -27,7 +27,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from genlm_core.bytes import CanonicalityUnsupportedError
-from genlm_core.bytes.canonical import EMPTY, CanonicalFilter
+from genlm_core.bytes.exact.canonical import EMPTY, CanonicalFilter
 from genlm_core.tokenization import decode_vocab
 
 
@@ -209,7 +209,7 @@ def test_a_bound_too_deep_raises_when_the_filter_is_built():
     """On main: the filter builds, then rejects [a, a] (canonical: "a" * 201) in silence."""
     with pytest.raises(CanonicalityUnsupportedError) as error:
         runs(200)
-    from genlm_core.bytes.canonical.limits import MAX_STRADDLE_DEPTH
+    from genlm_core.bytes.exact.canonical.limits import MAX_STRADDLE_DEPTH
 
     message = str(error.value)
     assert "synthetic-runs-200" in message

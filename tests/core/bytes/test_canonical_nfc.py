@@ -1,7 +1,7 @@
 """The canonicality rule behind an NFC normalizer (Qwen3), held to the tokenizer's encoder.
 
 Qwen3 encodes ``x`` as its byte-level BPE of ``NFC(x)``: the canonical token strings are
-the prefixes of encodings of NFC texts (genlm_core/bytes/canonical/nfc.py). Random
+the prefixes of encodings of NFC texts (genlm_core/bytes/exact/canonical/nfc.py). Random
 strings mix combining marks, precomposed and decomposed letters and Hangul jamo:
 
 * every prefix of the encoder's tokens is accepted, and the whole is ``complete``;
@@ -22,8 +22,8 @@ from byte_oracle import ByteOracle
 from transformers import AutoTokenizer
 
 from genlm_core.bytes import CanonicalityUnsupportedError
-from genlm_core.bytes.canonical import EMPTY, CanonicalFilter
-from genlm_core.bytes.canonical.spec import read_spec
+from genlm_core.bytes.exact.canonical import EMPTY, CanonicalFilter
+from genlm_core.bytes.exact.canonical.spec import read_spec
 from genlm_core.tokenization import decode_vocab
 
 #: Pieces of random strings: ASCII, precomposed and decomposed letters, marks that

@@ -18,9 +18,9 @@ from sp_byte_oracle import SentencePieceOracle
 from transformers import AutoTokenizer
 
 from genlm_core.bytes import CanonicalityUnsupportedError
-from genlm_core.bytes.canonical import EMPTY
-from genlm_core.bytes.canonical.select import canonical_filter
-from genlm_core.bytes.canonical.sentencepiece import SentencePieceFilter
+from genlm_core.bytes.exact.canonical import EMPTY
+from genlm_core.bytes.exact.canonical.select import canonical_filter
+from genlm_core.bytes.exact.canonical.sentencepiece import SentencePieceFilter
 from genlm_core.tokenization import decode_vocab
 
 #: Gemma 3's 262k pieces take ~20-40 s to load and build: nightly only.

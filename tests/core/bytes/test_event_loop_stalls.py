@@ -17,7 +17,7 @@ import time
 import pytest
 
 from genlm_core.bytes import BeamParams, ByteBeamState, ExactByteState
-from genlm_core.bytes.byte_lm import exact_state
+from genlm_core.bytes.exact import trie_state as exact_state
 from genlm_core.testing import MockAsyncLM
 
 BAR = 0.100

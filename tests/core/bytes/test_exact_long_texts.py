@@ -38,7 +38,7 @@ def llama3(tokenizer_of):
 
 async def _prefill(llm, data, window, **opts):
     """The state after ``data`` with prefill windows of ``window`` bytes."""
-    from genlm_core.bytes.byte_lm import exact_prefill
+    from genlm_core.bytes.exact import prefill as exact_prefill
 
     old = exact_prefill.WINDOW_BYTES, exact_prefill.LOOKAHEAD_BYTES
     exact_prefill.WINDOW_BYTES = window
@@ -136,7 +136,7 @@ async def test_a_windows_nodes_are_freed_without_the_collector(llm, eos, monkeyp
     """
     import gc
 
-    from genlm_core.bytes.byte_lm import exact_prefill
+    from genlm_core.bytes.exact import prefill as exact_prefill
 
     monkeypatch.setattr(exact_prefill, "WINDOW_BYTES", 32)
     monkeypatch.setattr(exact_prefill, "LOOKAHEAD_BYTES", 32)
@@ -211,7 +211,7 @@ async def test_short_windows_keep_the_candidates_that_start_a_window(window, loo
 
 async def test_calls_split_by_their_budgets_give_the_same_result(llm, eos, monkeypatch):
     """Prefix calls and batches cut to a few rows or token ids each: same states."""
-    from genlm_core.bytes.byte_lm import exact_prefill
+    from genlm_core.bytes.exact import prefill as exact_prefill
 
     data = _text(1200)
     whole = await _prefill(llm, data, 10**9, eos=eos)

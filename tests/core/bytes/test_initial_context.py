@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from genlm_core.bytes import BeamParams, ByteBeamState, ExactByteState, MissingStartTokenError
-from genlm_core.bytes.canonical import EMPTY
+from genlm_core.bytes.exact.canonical import EMPTY
 from genlm_core.errors import InvalidTokenIdsError
 
 

@@ -9,8 +9,8 @@ import time
 import pytest
 from transformers import AutoTokenizer
 
-from genlm_core.bytes.canonical import tokenizer_json
-from genlm_core.bytes.canonical.spec import backend_tokenizer, read_spec
+from genlm_core.bytes.exact.canonical import tokenizer_json
+from genlm_core.bytes.exact.canonical.spec import backend_tokenizer, read_spec
 from genlm_core.testing.assets import tokenizer_dir
 
 

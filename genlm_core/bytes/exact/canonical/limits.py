@@ -37,9 +37,9 @@ def straddle_depth(spec: Any, pairs: Any, pretok: Any, texts: list[Any]) -> int:
     """Tokens the straddle search may follow beyond a token (see module doc).
 
     Args:
-        spec: The :class:`~genlm_core.bytes.canonical.spec.TokenizerSpec`.
-        pairs: Its :class:`~genlm_core.bytes.canonical.bpe.BPEPairs`.
-        pretok: Its :class:`~genlm_core.bytes.canonical.pretok.Pretokenizer`.
+        spec: The :class:`~genlm_core.bytes.exact.canonical.spec.TokenizerSpec`.
+        pairs: Its :class:`~genlm_core.bytes.exact.canonical.bpe.BPEPairs`.
+        pretok: Its :class:`~genlm_core.bytes.exact.canonical.pretok.Pretokenizer`.
         texts: The filter's per-token texts (None for tokens never in a text).
 
     Raises:

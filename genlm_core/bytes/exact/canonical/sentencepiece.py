@@ -34,15 +34,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from genlm_core.bytes.canonical.pending import Pending
-from genlm_core.bytes.canonical.sentencepiece_pairs import CharPairs
-from genlm_core.bytes.canonical.sentencepiece_spec import (
+from genlm_core.bytes.errors import CanonicalityUnsupportedError
+from genlm_core.bytes.exact.canonical.pending import Pending
+from genlm_core.bytes.exact.canonical.sentencepiece_pairs import CharPairs
+from genlm_core.bytes.exact.canonical.sentencepiece_spec import (
     SPACE,
     excluded_added,
     read_sentencepiece_spec,
 )
-from genlm_core.bytes.canonical.tokens import utf8_length
-from genlm_core.bytes.errors import CanonicalityUnsupportedError
+from genlm_core.bytes.exact.canonical.tokens import utf8_length
 
 __all__ = ["SentencePieceFilter", "SPPending"]
 

@@ -1,45 +1,30 @@
 """The pieces ``ExactByteState`` is made of: canonical contexts and masked trie states.
 
 * :class:`CanonicalTokenizedLM`: a token context over an AsyncLM that also knows its
-  canonicality (the :class:`~genlm_core.bytes.canonical.pending.Pending` end of it).
+  canonicality (the :class:`~genlm_core.bytes.exact.canonical.pending.Pending` end of it).
 * :class:`ExactTrieState`: a :class:`LazyTrieState` whose masses count only the next
   tokens that keep the context canonical, computed in float64. Its weight is the
   log-probability of the bytes read along its context, summed over every canonical
   last token (no renormalisation of the model): at a token boundary, ``log p(context)``
   plus the log-mass of the canonical next tokens.
-* :func:`shared_filter` / :func:`shared_exact_trie`: built once per model and shared.
+* :func:`shared_filter`: built once per model and shared (the registry of
+  :mod:`genlm_core.bytes.shared_tries`, with the float64 trie).
 """
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
 import torch
 
 from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
-from genlm_core.bytes.byte_lm.off_loop import build_once, locked
 from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
-from genlm_core.bytes.canonical import CanonicalFilter, Pending
-from genlm_core.bytes.canonical.select import canonical_filter
-from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
+from genlm_core.bytes.exact.canonical import CanonicalFilter, Pending
+from genlm_core.bytes.exact.canonical.select import canonical_filter
+from genlm_core.bytes.shared_tries import locked, shared, shared_async
 
-__all__ = [
-    "CanonicalTokenizedLM",
-    "ExactTrieState",
-    "Float64TokenByteTrie",
-    "shared_exact_trie",
-    "shared_exact_trie_async",
-    "shared_filter",
-    "shared_filter_async",
-]
-
-
-class Float64TokenByteTrie(TokenByteTrie):
-    """A :class:`TokenByteTrie` whose masses are float64 (the exact state's numerics)."""
-
-    out_dtype = np.float64
+__all__ = ["CanonicalTokenizedLM", "ExactTrieState", "shared_filter", "shared_filter_async"]
 
 
 class CanonicalTokenizedLM(StatefulTokenizedLM):
@@ -115,11 +100,6 @@ class ExactTrieState(LazyTrieState):
 
 # -- shared per model ----------------------------------------------------------------------
 
-_FILTERS: weakref.WeakKeyDictionary[Any, CanonicalFilter] = weakref.WeakKeyDictionary()
-_TRIES: weakref.WeakKeyDictionary[Any, dict[frozenset[bytes], AsyncTokenByteTrie]] = (
-    weakref.WeakKeyDictionary()
-)
-
 
 def shared_filter(llm: Any) -> CanonicalFilter:
     """The :class:`CanonicalFilter` of ``llm``'s tokenizer, built once per model.
@@ -128,63 +108,10 @@ def shared_filter(llm: Any) -> CanonicalFilter:
         CanonicalityUnsupportedError: The tokenizer is not byte-level BPE (or not one
             this reads); the message points to ``ByteBeamState``.
     """
-    try:
-        canon = _FILTERS.get(llm)
-    except TypeError:
-        canon = None
-    if canon is None:
-        canon = canonical_filter(llm.tokenizer, llm.byte_vocab)
-        try:
-            _FILTERS[llm] = canon
-        except TypeError:  # a model that takes no weak reference: not shared
-            pass
-    return canon
-
-
-def shared_exact_trie(llm: Any, eos_byte_strings: set[bytes]) -> AsyncTokenByteTrie:
-    """The float64 byte trie of ``llm``'s vocabulary for these EOS strings, built once."""
-    key = frozenset(eos_byte_strings)
-    try:
-        per_model = _TRIES.setdefault(llm, {})
-    except TypeError:
-        per_model = {}
-    trie = per_model.get(key)
-    if trie is None:
-        trie = per_model[key] = AsyncTokenByteTrie(
-            Float64TokenByteTrie(llm.byte_vocab, eos_byte_strings=set(key))
-        )
-    return trie
+    return shared(llm, "canonical filter", lambda: canonical_filter(llm.tokenizer, llm.byte_vocab))
 
 
 async def shared_filter_async(llm: Any) -> CanonicalFilter:
     """:func:`shared_filter`, built in a worker thread (once for concurrent callers)."""
-    try:
-        canon = _FILTERS.get(llm)
-    except TypeError:
-        canon = None
-    if canon is not None:
-        return canon
-    return await build_once(("canonical filter", id(llm)), lambda: shared_filter(llm))
-
-
-async def shared_exact_trie_async(llm: Any, eos_byte_strings: set[bytes]) -> AsyncTokenByteTrie:
-    """:func:`shared_exact_trie`, built in a worker thread (once for concurrent callers)."""
-    key = frozenset(eos_byte_strings)
-    try:
-        trie = _TRIES.get(llm, {}).get(key)
-    except TypeError:
-        trie = None
-    if trie is not None:
-        return trie
-    return await build_once(
-        ("exact trie", id(llm), key), lambda: shared_exact_trie(llm, eos_byte_strings)
-    )
-
-
-def is_shared_trie(trie: Any) -> bool:
-    """Whether ``trie`` is one of the shared exact tries (kept alive for other states)."""
-    while True:  # a build in a worker thread may add a model meanwhile: look again
-        try:
-            return any(trie is t for tries in list(_TRIES.values()) for t in tries.values())
-        except RuntimeError:
-            continue
+    build = lambda: canonical_filter(llm.tokenizer, llm.byte_vocab)  # noqa: E731
+    return await shared_async(llm, "canonical filter", build)

@@ -4,7 +4,7 @@ Whether a candidate survives a byte depends only on canonicality (the masks do n
 depend on the model's probabilities), so the contexts an :class:`ExactByteState`
 will materialize while reading a known text can be listed in advance: the canonical
 tokenizations of the text's prefixes that can still go on with the text. ``prefill``
-lists and asks for them window by window (:mod:`.exact_prefill`) and then builds
+lists and asks for them window by window (:mod:`.prefill`) and then builds
 the final candidates directly; generation asks, together
 with the forward it needs anyway, for the contexts along the bytes it predicts next
 (speculation), so that when the prediction holds the next bytes cost no forward.

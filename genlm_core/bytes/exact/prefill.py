@@ -1,7 +1,7 @@
 """``ExactByteState.prefill`` in windows: memory bounded by the window, not the text.
 
 Reading a known text, the contexts an :class:`ExactByteState` will ask for can be
-listed without the model (see :mod:`.exact_plan`). Listing them all, then asking for
+listed without the model (see :mod:`.plan`). Listing them all, then asking for
 every row at once, holds a row per context (a 24 KB text over Llama-3's 128k tokens:
 8 GB). Here the text is read ``WINDOW_BYTES`` at a time:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from genlm_core.bytes.byte_lm.exact_plan import Spellings, can_go_on, goes_on_longer
+from genlm_core.bytes.exact.plan import Spellings, can_go_on, goes_on_longer
 
 __all__ = ["LOOKAHEAD_BYTES", "WINDOW_BYTES", "PlanNode", "windowed_plan"]
 

@@ -32,7 +32,7 @@ class BPEPairs:
     """The merges of a tokenizer, organised for pair tests.
 
     Args:
-        spec: The tokenizer's :class:`~genlm_core.bytes.canonical.spec.TokenizerSpec`.
+        spec: The tokenizer's :class:`~genlm_core.bytes.exact.canonical.spec.TokenizerSpec`.
         byte_vocab: The model's tokens (``llm.byte_vocab``): bytes per token id.
         cache_size: How many ``invalid_after`` vectors to keep.
     """

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from genlm_core.bytes.canonical.bpe import BPEPairs, _bpe
+from genlm_core.bytes.exact.canonical.bpe import BPEPairs, _bpe
 
 __all__ = ["BYTE_PIECE", "CharPairs"]
 

@@ -115,7 +115,7 @@ class PendingTable:
     """Structures of one pending state (a class string and those equivalent to it).
 
     Args:
-        pretok: The :class:`~genlm_core.bytes.canonical.pretok.Pretokenizer`.
+        pretok: The :class:`~genlm_core.bytes.exact.canonical.pretok.Pretokenizer`.
         pending: Class ids of a representative pending text.
         strings: The token class strings.
         empty: The table of the empty pending text (for tokens that cannot join).

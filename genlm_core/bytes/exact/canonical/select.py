@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from genlm_core.bytes.canonical.filter import CanonicalFilter
-from genlm_core.bytes.canonical.sentencepiece import SentencePieceFilter
-from genlm_core.bytes.canonical.sentencepiece_spec import is_sentencepiece
+from genlm_core.bytes.exact.canonical.filter import CanonicalFilter
+from genlm_core.bytes.exact.canonical.sentencepiece import SentencePieceFilter
+from genlm_core.bytes.exact.canonical.sentencepiece_spec import is_sentencepiece
 
 __all__ = ["canonical_filter"]
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from genlm_core.bytes.canonical.spec import backend_tokenizer, tokenizer_name
-from genlm_core.bytes.canonical.tokenizer_json import read_tokenizer_json
 from genlm_core.bytes.errors import CanonicalityUnsupportedError
+from genlm_core.bytes.exact.canonical.spec import backend_tokenizer, tokenizer_name
+from genlm_core.bytes.exact.canonical.tokenizer_json import read_tokenizer_json
 
 __all__ = ["SentencePieceSpec", "excluded_added", "is_sentencepiece", "read_sentencepiece_spec"]
 

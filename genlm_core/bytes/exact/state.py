@@ -17,9 +17,9 @@ trie, a weight); the interface is ``ByteBeamState``'s (``initial``, ``prefill``,
   are asked for in one batched call (about one forward per byte when generating);
   non-canonical ones are never asked for;
 * ``prefill`` lists the contexts it will need without the model
-  (:mod:`.exact_plan`) and asks for them window by window, one prefix call and one
+  (:mod:`.plan`) and asks for them window by window, one prefix call and one
   batched call per window, keeping only the row entries it needs
-  (:mod:`.exact_prefill`: memory bounded by the window, not the text);
+  (:mod:`.prefill`: memory bounded by the window, not the text);
 * when a forward is needed anyway, the contexts along the bytes the heaviest
   candidate predicts are asked for in the same forward (``speculate=True``), so that
   the next bytes often need none.
@@ -35,24 +35,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from genlm_core.bytes.byte_lm import exact_prefill
-from genlm_core.bytes.byte_lm.beam import _check_byte, next_byte_logps
-from genlm_core.bytes.byte_lm.exact_plan import Spellings, reading
-from genlm_core.bytes.byte_lm.exact_prefill import PlanNode, windowed_plan
-from genlm_core.bytes.byte_lm.exact_state import (
-    CanonicalTokenizedLM,
-    ExactTrieState,
-    is_shared_trie,
-    shared_exact_trie_async,
-    shared_filter_async,
-)
 from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes, initial_token_ids
-from genlm_core.bytes.byte_lm.off_loop import locked
 from genlm_core.bytes.byte_lm.params import _byte_strings
 from genlm_core.bytes.byte_lm.trie_state import TrieMode
-from genlm_core.bytes.canonical import EMPTY
 from genlm_core.bytes.errors import EmptyBeamError
-from genlm_core.bytes.probs import LazyByteProbs, logsumexp
+from genlm_core.bytes.exact import prefill as exact_prefill
+from genlm_core.bytes.exact.canonical import EMPTY
+from genlm_core.bytes.exact.plan import Spellings, reading
+from genlm_core.bytes.exact.prefill import PlanNode, windowed_plan
+from genlm_core.bytes.exact.trie_state import (
+    CanonicalTokenizedLM,
+    ExactTrieState,
+    shared_filter_async,
+)
+from genlm_core.bytes.probs import LazyByteProbs, check_byte, logsumexp, next_byte_logps
+from genlm_core.bytes.shared_tries import is_shared, locked, shared_async, shared_exact_trie_async
 from genlm_core.errors import InvalidTokenIdsError
 
 __all__ = ["ExactByteState"]
@@ -134,7 +131,11 @@ class ExactByteState(StatefulByteLM):
         canon, trie = await asyncio.gather(
             shared_filter_async(llm), shared_exact_trie_async(llm, eos)
         )
-        spell = getattr(canon, "_exact_spellings", None) or await locked(canon, _spellings, canon)
+        spell = await shared_async(
+            llm,
+            "spellings",
+            lambda: Spellings(canon.byte_vocab, lambda i: canon.texts[i] is not None),
+        )
         shared = _Shared(llm, canon, trie, eos, bool(speculate), spell, OrderedDict())
         context = CanonicalTokenizedLM(llm, start, canon, EMPTY)
         state = ExactTrieState(context, trie, trie.trie.root, 0.0)
@@ -165,7 +166,7 @@ class ExactByteState(StatefulByteLM):
             InvalidByteError: ``a`` is not a byte or EOS.
             EmptyBeamError: No canonical tokenization covers the bytes read.
         """
-        a = _check_byte(a)
+        a = check_byte(a)
         self._check_nonempty()
         known = [t for t in (s << a for s in self.states) if t is not None]
         for state in await self.extend():
@@ -248,7 +249,7 @@ class ExactByteState(StatefulByteLM):
         strings as text); faster: the contexts it needs are listed first (without the
         model) and asked for in one prefix call along the longest chain and one
         batched call per window of the text, of whose rows only the entries the next
-        steps need are kept (see :mod:`.exact_prefill`).
+        steps need are kept (see :mod:`.prefill`).
         """
         data = _as_bytes(bs)
         if not data:
@@ -309,7 +310,7 @@ class ExactByteState(StatefulByteLM):
     async def cleanup(self) -> None:
         """Stop the batching of a trie this state does not share (shared tries live on)."""
         for trie in {id(s.trie): s.trie for s in self.states}.values():
-            if not is_shared_trie(trie):
+            if not is_shared(trie):
                 await trie.cleanup()
 
     def __repr__(self) -> str:
@@ -320,15 +321,6 @@ class ExactByteState(StatefulByteLM):
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def _spellings(canon: Any) -> Spellings:
-    spell = getattr(canon, "_exact_spellings", None)
-    if spell is None:
-        spell = canon._exact_spellings = Spellings(
-            canon.byte_vocab, lambda i: canon.texts[i] is not None
-        )
-    return spell
 
 
 def _predict(state: ExactTrieState, limit: int) -> bytes:

@@ -22,20 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from genlm_core.bytes.canonical.bpe import BPEPairs
-from genlm_core.bytes.canonical.limits import straddle_depth
-from genlm_core.bytes.canonical.nfc import NFC, NFCRule, inert_representatives
-from genlm_core.bytes.canonical.pending import EMPTY, Pending, missing_bytes
-from genlm_core.bytes.canonical.pretok import PROBE_CHARS, Pretokenizer, verification_texts
-from genlm_core.bytes.canonical.spec import read_spec
-from genlm_core.bytes.canonical.tables import (
+from genlm_core.bytes.exact.canonical.bpe import BPEPairs
+from genlm_core.bytes.exact.canonical.limits import straddle_depth
+from genlm_core.bytes.exact.canonical.nfc import NFC, NFCRule, inert_representatives
+from genlm_core.bytes.exact.canonical.pending import EMPTY, Pending, missing_bytes
+from genlm_core.bytes.exact.canonical.pretok import PROBE_CHARS, Pretokenizer, verification_texts
+from genlm_core.bytes.exact.canonical.spec import read_spec
+from genlm_core.bytes.exact.canonical.tables import (
     PendingTable,
     Tables,
     TokenClassStrings,
     any_bit,
     settled_offset,
 )
-from genlm_core.bytes.canonical.tokens import (
+from genlm_core.bytes.exact.canonical.tokens import (
     LEAD,
     TEXT,
     TRAIL,

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from genlm_core.bytes.canonical.tokenizer_json import read_tokenizer_json
 from genlm_core.bytes.errors import CanonicalityUnsupportedError
+from genlm_core.bytes.exact.canonical.tokenizer_json import read_tokenizer_json
 
 __all__ = ["GPT2_PATTERN", "TokenizerSpec", "backend_tokenizer", "read_spec"]
 

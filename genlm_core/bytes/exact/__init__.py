@@ -1,0 +1,1 @@
+"""The exact byte state, ``ExactByteState`` (:mod:`.state`), and its canonical filters."""
