@@ -3,14 +3,15 @@
 A backend implements :meth:`BatchedAsyncLM.compute_batch` (and, if its model can run a
 whole sequence at once, :meth:`BatchedAsyncLM.compute_prefix_batch`) and gets
 coalesced, deduplicated, cached async calls and matching sync calls. What happens to
-a batch between the batcher and the backend is :class:`~genlm_core.lm._rows.RowComputation`.
+a batch between the batcher and the backend is the
+:class:`~genlm_core.lm._rows.RowComputation` the model holds; docs/architecture.md
+("A request's path") names every step of a call in order.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
@@ -20,9 +21,9 @@ import torch
 from genlm_core._validation import is_int_at_least, is_seconds
 from genlm_core.lm import _rows
 from genlm_core.lm._base import AsyncLMBase
+from genlm_core.lm._options import accepted_options, unknown_option_error
 from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.lm._rows import RowComputation, raise_failures
-from genlm_core.loading._options import accepted_options, unknown_option_error
 from genlm_core.runtime import LoopBatchers, OutputCache, RowPool, process_trimmer, trimming_wanted
 
 __all__ = ["DEFAULT_CACHE_BYTES", "BatchedAsyncLM"]
@@ -36,7 +37,7 @@ DEFAULT_CACHE_BYTES = 256 << 20
 _BASE_OPTIONS = frozenset({"vocab_size", "byte_vocab"})
 
 
-class BatchedAsyncLM(RowComputation, AsyncLMBase):
+class BatchedAsyncLM(AsyncLMBase):
     """An AsyncLMBase whose calls go through the shared AutoBatcher and OutputCache.
 
     Implement :meth:`compute_batch`; it runs off the event loop, receives unique
@@ -111,10 +112,19 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         super().__init__(tokenizer, **kwargs)
         self.row_device = torch.device(row_device)
         self.batch_size = batch_size
+        #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
+        #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
+        #: pages instead of fresh ones (see :class:`~genlm_core.runtime.RowPool`).
+        self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
+        #: The process's heap trimmer (see :class:`~genlm_core.runtime.HeapTrimmer`),
+        #: used after batches when :attr:`trims_heap` is on.
+        self.heap_trimmer = process_trimmer()
+        # What a batch goes through between the batcher and compute_batch.
+        self._computation = RowComputation(self, self._gate, self._adapters, len(self.byte_vocab))
         # A batcher per event loop (one per asyncio.run) over one worker thread: what
         # init_worker_thread and the libraries set up in it is kept between runs.
         self._loop_batchers = LoopBatchers(
-            functools.partial(self._batch_fn, for_callers=True),
+            functools.partial(self._computation.run, for_callers=True),
             name=f"{type(self).__name__}.batcher",
             initializer=self.init_worker_thread,
             max_batch_size=batch_size,
@@ -122,15 +132,6 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             copy_result=_rows.private,
             closed_error=self._closed_error,
         )
-        #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
-        #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
-        #: pages instead of fresh ones (see :class:`~genlm_core.runtime.RowPool`).
-        self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
-        self._batch_counts = [0, 0]  # compute_batch calls, requests they computed
-        self._batch_counts_lock = threading.Lock()  # the worker and sync callers count
-        #: The process's heap trimmer (see :class:`~genlm_core.runtime.HeapTrimmer`),
-        #: used after batches when :attr:`trims_heap` is on.
-        self.heap_trimmer = process_trimmer()
 
     @abstractmethod
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
@@ -194,7 +195,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             hit = self.cache.get(req)
             if hit is not None:
                 return _rows.private(hit)
-        return await self._batcher().submit(req)  # the caller's own (see _batch_fn)
+        return await self._batcher().submit(req)  # the caller's own (see RowComputation.run)
 
     def next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None
@@ -239,7 +240,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
                 missing.append(req)
         for start in range(0, len(missing), self.batch_size):
             chunk = missing[start : start + self.batch_size]
-            results.update(zip(chunk, raise_failures(self._batch_fn(chunk)), strict=True))
+            results.update(zip(chunk, raise_failures(self._computation.run(chunk)), strict=True))
         return torch.stack([results[r] for r in reqs])
 
     async def prefix_next_token_logprobs(
@@ -278,7 +279,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
             first = missing[0]
-            (computed,) = raise_failures(self._batch_fn([_from(req, first)]))
+            (computed,) = raise_failures(self._computation.run([_from(req, first)]))
             return _after(rows[:first], computed)
         return self.batch_next_token_logprobs_sync(
             [p.token_ids for p in prefixes], lora_name=req.lora_name
@@ -318,8 +319,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             requests they computed; cache hits and duplicates are not computed) and
             ``mean_batch_size``.
         """
-        with self._batch_counts_lock:
-            batches, requests = self._batch_counts
+        batches, requests = self._computation.counts()
         return {
             "batches": batches,
             "requests": requests,
@@ -328,8 +328,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
 
     def reset_batch_info(self) -> None:
         """Start :meth:`batch_info`'s counts again from zero."""
-        with self._batch_counts_lock:
-            self._batch_counts[:] = [0, 0]
+        self._computation.counts(reset=True)
 
     def output_cache_info(self) -> dict[str, int]:
         """Entries and bytes of the output cache (zeros when off), and free row bytes kept."""

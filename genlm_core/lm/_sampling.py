@@ -10,20 +10,26 @@ from __future__ import annotations
 import asyncio
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from genlm_core._validation import is_int_at_least, is_integer
+from genlm_core.lm._requests import Request
 
-__all__ = ["Sampling", "sampling_args"]
+__all__ = ["Sampler", "batch_sample", "sample", "sampling_args"]
 
 
-class Sampling:
-    """``sample`` and ``batch_sample`` over ``next_token_logprobs`` (a mixin of AsyncLMBase)."""
+class Sampler(Protocol):
+    """What :func:`sample` and :func:`batch_sample` call on a model (AsyncLMBase has it)."""
 
-    make_request: Any
-    next_token_logprobs: Any
+    def make_request(self, token_ids: Any, lora_name: str | None = None) -> Request:
+        """Validate a call's arguments into a :class:`Request`."""
+
+    async def next_token_logprobs(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities of the next token after ``token_ids``."""
 
     async def sample(
         self,
@@ -34,60 +40,47 @@ class Sampling:
         seed: int | None = None,
         lora_name: str | None = None,
     ) -> list[int]:
-        """Sample a continuation token by token, stopping at an EOS id or ``max_tokens``.
+        """One sampled continuation (a backend may sample its own way)."""
 
-        Args:
-            prompt_token_ids: The prompt.
-            max_tokens: Most tokens to generate (>= 0).
-            eos_token_ids: Ids that end the sample (not included in the result).
-            temperature: Logits are divided by it (> 0).
-            seed: Makes the sample reproducible.
-            lora_name: LoRA adapter, None for the base model.
 
-        Returns:
-            The generated token ids.
-        """
-        prompt = list(self.make_request(prompt_token_ids, lora_name).token_ids)
-        eos, generator = sampling_args(max_tokens, eos_token_ids, temperature, seed)
-        out: list[int] = []
-        for _ in range(max_tokens):
-            logprobs = await self.next_token_logprobs(prompt + out, lora_name=lora_name)
-            token = _draw(logprobs, temperature, generator)
-            if token in eos:
-                break
-            out.append(token)
-        return out
+async def sample(
+    lm: Sampler,
+    prompt_token_ids: Sequence[int],
+    max_tokens: int,
+    eos_token_ids: Iterable[int],
+    temperature: float = 1.0,
+    seed: int | None = None,
+    lora_name: str | None = None,
+) -> list[int]:
+    """``lm.sample``: draw token by token from ``lm.next_token_logprobs`` (see AsyncLMBase)."""
+    prompt = list(lm.make_request(prompt_token_ids, lora_name).token_ids)
+    eos, generator = sampling_args(max_tokens, eos_token_ids, temperature, seed)
+    out: list[int] = []
+    for _ in range(max_tokens):
+        logprobs = await lm.next_token_logprobs(prompt + out, lora_name=lora_name)
+        token = _draw(logprobs, temperature, generator)
+        if token in eos:
+            break
+        out.append(token)
+    return out
 
-    async def batch_sample(
-        self,
-        prompt_token_ids_list: Sequence[Sequence[int]],
-        max_tokens: int,
-        eos_token_ids: Iterable[int],
-        temperature: float = 1.0,
-        seed: int | None = None,
-        lora_name: str | None = None,
-    ) -> list[list[int]]:
-        """Sample one continuation per prompt, concurrently (so calls are batched).
 
-        With a ``seed``, prompt ``i`` uses ``seed + i``: reproducible, yet two equal
-        prompts get independent samples.
-        """
-        eos = list(eos_token_ids)
-        return list(
-            await asyncio.gather(
-                *(
-                    self.sample(
-                        ids,
-                        max_tokens,
-                        eos,
-                        temperature,
-                        None if seed is None else seed + i,
-                        lora_name,
-                    )
-                    for i, ids in enumerate(prompt_token_ids_list)
-                )
-            )
-        )
+async def batch_sample(
+    lm: Sampler,
+    prompt_token_ids_list: Sequence[Sequence[int]],
+    max_tokens: int,
+    eos_token_ids: Iterable[int],
+    temperature: float = 1.0,
+    seed: int | None = None,
+    lora_name: str | None = None,
+) -> list[list[int]]:
+    """``lm.batch_sample``: ``lm.sample`` per prompt, concurrently (prompt ``i``: ``seed + i``)."""
+    eos = list(eos_token_ids)
+    samples = (
+        lm.sample(ids, max_tokens, eos, temperature, None if seed is None else seed + i, lora_name)
+        for i, ids in enumerate(prompt_token_ids_list)
+    )
+    return list(await asyncio.gather(*samples))
 
 
 def sampling_args(
