@@ -106,11 +106,7 @@ class LoraAdapters:
         return sorted(self._loaded)
 
     def generation(self, lora_name: str | None) -> int:
-        """The current version of ``lora_name`` (0: the base model).
-
-        Raises:
-            UnknownLoraError: The adapter was never added (or was removed).
-        """
+        """The current version of ``lora_name`` (0: the base model); UnknownLoraError if none."""
         if lora_name is None:
             return 0
         entry = self._loaded.get(lora_name) if isinstance(lora_name, str) else None
@@ -126,12 +122,7 @@ class LoraAdapters:
         )
 
     def add(self, lora_path: str | os.PathLike[str], lora_name: str, owner: str) -> None:
-        """Load ``lora_path`` under ``lora_name``, replacing a version of that name.
-
-        Raises:
-            LoraNotSupportedError: The backend (``owner``) cannot load adapters.
-            InvalidArgumentError: ``lora_name`` is not a non-empty string.
-        """
+        """``owner.add_new_lora``: load a new version under ``lora_name``, then unload the old."""
         if not isinstance(lora_name, str) or not lora_name:
             raise InvalidArgumentError(f"lora_name must be a non-empty string, got {lora_name!r}")
         if not self._supported:
@@ -149,11 +140,7 @@ class LoraAdapters:
             self._forget_outputs(lora_name)
 
     def remove(self, lora_name: str) -> None:
-        """Unload adapter ``lora_name`` and drop its cached rows.
-
-        Raises:
-            UnknownLoraError: No adapter of that name is loaded.
-        """
+        """``remove_lora``: unload adapter ``lora_name`` and drop its cached rows."""
         with self._gate.exclusive():
             entry = self._loaded.pop(lora_name, None)
             if entry is None:
@@ -178,11 +165,7 @@ class LoraAdapters:
                     )
 
     def handle(self, request: Request | PrefixRequest) -> Any:
-        """The backend's handle of the version ``request`` was made for (None: base).
-
-        Raises:
-            UnknownLoraError: That version was replaced or removed.
-        """
+        """``adapter_handle``: the handle of ``request``'s version (None: the base model)."""
         if request.lora_name is None:
             return None
         entry = self._loaded.get(request.lora_name)

@@ -120,7 +120,7 @@ class AsyncLMBase(ABC):
         outs = await asyncio.gather(
             *(self.next_token_logprobs(r.token_ids, lora_name=lora_name) for r in reqs)
         )
-        return _stack(outs, len(self.byte_vocab), self.row_device)
+        return torch.stack(outs) if outs else self._no_rows()
 
     def batch_next_token_logprobs_sync(
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
@@ -128,7 +128,11 @@ class AsyncLMBase(ABC):
         """Synchronous :meth:`batch_next_token_logprobs`."""
         reqs = self.make_requests(token_ids_list, lora_name)
         outs = [self.next_token_logprobs_sync(r.token_ids, lora_name=lora_name) for r in reqs]
-        return _stack(outs, len(self.byte_vocab), self.row_device)
+        return torch.stack(outs) if outs else self._no_rows()
+
+    def _no_rows(self) -> torch.Tensor:
+        """The answer to an empty batch: ``(0, vocab)`` float32 on :attr:`row_device`."""
+        return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32, device=self.row_device)
 
     async def prefix_next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
@@ -454,12 +458,3 @@ class AsyncLMBase(ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-# -- helpers -------------------------------------------------------------------
-
-
-def _stack(outs: Sequence[torch.Tensor], width: int, device: torch.device) -> torch.Tensor:
-    if not outs:
-        return torch.empty((0, width), dtype=torch.float32, device=device)
-    return torch.stack(list(outs))

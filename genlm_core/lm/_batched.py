@@ -285,10 +285,6 @@ class BatchedAsyncLM(AsyncLMBase):
             [p.token_ids for p in prefixes], lora_name=req.lora_name
         )
 
-    def _no_rows(self) -> torch.Tensor:
-        """The answer to an empty batch: ``(0, vocab)`` float32 on :attr:`row_device`."""
-        return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32, device=self.row_device)
-
     def _prefix_lookup(
         self, token_ids: Sequence[int], lora_name: str | None, start: int
     ) -> tuple[PrefixRequest, list[Request], list[torch.Tensor | None], list[int]]:

@@ -16,37 +16,21 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from genlm_core.errors import BackendContractError, BatchSizeMismatchError
 from genlm_core.lm._adapters import LoraAdapters, short_ids
 from genlm_core.lm._requests import PrefixRequest, Request
-from genlm_core.runtime import ComputeGate, HeapTrimmer, OutputCache, RequestFailure, RowPool
+from genlm_core.runtime import ComputeGate, RequestFailure
 
-__all__ = ["RowComputation", "RowModel", "private", "private_rows", "raise_failures"]
+if TYPE_CHECKING:
+    from genlm_core.lm._batched import BatchedAsyncLM
+
+__all__ = ["RowComputation", "private", "private_rows", "raise_failures"]
 
 Key = Request | PrefixRequest
-
-
-class RowModel(Protocol):
-    """What :class:`RowComputation` reads from its model at each batch (BatchedAsyncLM)."""
-
-    row_device: torch.device
-    cache: OutputCache | None
-    row_pool: RowPool
-    trims_heap: bool
-    heap_trimmer: HeapTrimmer
-
-    def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
-        """The backend: one row per request."""
-
-    def compute_prefix_batch(
-        self, requests: list[PrefixRequest]
-    ) -> Sequence[Sequence[torch.Tensor]]:
-        """The backend: the rows of every prefix of each request."""
 
 
 class RowComputation:
@@ -60,7 +44,7 @@ class RowComputation:
     """
 
     def __init__(
-        self, model: RowModel, gate: ComputeGate, adapters: LoraAdapters, width: int
+        self, model: BatchedAsyncLM, gate: ComputeGate, adapters: LoraAdapters, width: int
     ) -> None:
         self._model = model
         self._name = type(model).__name__

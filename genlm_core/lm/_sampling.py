@@ -10,41 +10,20 @@ from __future__ import annotations
 import asyncio
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 import torch
 
 from genlm_core._validation import is_int_at_least, is_integer
-from genlm_core.lm._requests import Request
 
-__all__ = ["Sampler", "batch_sample", "sample", "sampling_args"]
+if TYPE_CHECKING:
+    from genlm_core.lm._base import AsyncLMBase
 
-
-class Sampler(Protocol):
-    """What :func:`sample` and :func:`batch_sample` call on a model (AsyncLMBase has it)."""
-
-    def make_request(self, token_ids: Any, lora_name: str | None = None) -> Request:
-        """Validate a call's arguments into a :class:`Request`."""
-
-    async def next_token_logprobs(
-        self, token_ids: Sequence[int], lora_name: str | None = None
-    ) -> torch.Tensor:
-        """Log-probabilities of the next token after ``token_ids``."""
-
-    async def sample(
-        self,
-        prompt_token_ids: Sequence[int],
-        max_tokens: int,
-        eos_token_ids: Iterable[int],
-        temperature: float = 1.0,
-        seed: int | None = None,
-        lora_name: str | None = None,
-    ) -> list[int]:
-        """One sampled continuation (a backend may sample its own way)."""
+__all__ = ["batch_sample", "sample", "sampling_args"]
 
 
 async def sample(
-    lm: Sampler,
+    lm: AsyncLMBase,
     prompt_token_ids: Sequence[int],
     max_tokens: int,
     eos_token_ids: Iterable[int],
@@ -66,7 +45,7 @@ async def sample(
 
 
 async def batch_sample(
-    lm: Sampler,
+    lm: AsyncLMBase,
     prompt_token_ids_list: Sequence[Sequence[int]],
     max_tokens: int,
     eos_token_ids: Iterable[int],
