@@ -4,7 +4,8 @@ It decodes the vocabulary, validates token ids and adapters, supplies the batch 
 prefix calls and the lifecycle. It holds its parts: the gate
 (:class:`~genlm_core.runtime.ComputeGate`), the adapters
 (:class:`~genlm_core.lm._adapters.LoraAdapters`, which call the backend's
-``load_adapter``/``unload_adapter``); ``sample`` calls :mod:`~genlm_core.lm._sampling`.
+``load_adapter``/``unload_adapter``); ``sample`` calls :mod:`~genlm_core.lm._sampling`'s
+checks and draws.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from genlm_core.errors import (
     LoraNotSupportedError,
     ModelClosedError,
 )
-from genlm_core.lm import _sampling
 from genlm_core.lm._adapters import LoraAdapter, LoraAdapters
 from genlm_core.lm._requests import PrefixRequest, Request, checked_token_ids
+from genlm_core.lm._sampling import draw, sampling_args
 from genlm_core.runtime import ComputeGate
 from genlm_core.tokenization import Token, decode_vocab
 
@@ -338,7 +339,7 @@ class AsyncLMBase(ABC):
     def _forget_adapter_outputs(self, lora_name: str) -> None:  # noqa: B027 - a hook
         """Drop cached outputs of adapter ``lora_name`` (replaced or removed). Default: none."""
 
-    # -- sampling (lm/_sampling.py) ----------------------------------------------------
+    # -- sampling (checks and draws: lm/_sampling.py) ----------------------------------
 
     async def sample(
         self,
@@ -362,8 +363,16 @@ class AsyncLMBase(ABC):
         Returns:
             The generated token ids.
         """
-        args = (max_tokens, eos_token_ids, temperature, seed, lora_name)
-        return await _sampling.sample(self, prompt_token_ids, *args)
+        prompt = list(self.make_request(prompt_token_ids, lora_name).token_ids)
+        eos, generator = sampling_args(max_tokens, eos_token_ids, temperature, seed)
+        out: list[int] = []
+        for _ in range(max_tokens):
+            logprobs = await self.next_token_logprobs(prompt + out, lora_name=lora_name)
+            token = draw(logprobs, temperature, generator)
+            if token in eos:
+                break
+            out.append(token)
+        return out
 
     async def batch_sample(
         self,
@@ -379,8 +388,13 @@ class AsyncLMBase(ABC):
         With a ``seed``, prompt ``i`` uses ``seed + i``: reproducible, yet two equal
         prompts get independent samples.
         """
-        args = (max_tokens, eos_token_ids, temperature, seed, lora_name)
-        return await _sampling.batch_sample(self, prompt_token_ids_list, *args)
+        eos = list(eos_token_ids)
+        args = (max_tokens, eos, temperature)
+        samples = (
+            self.sample(ids, *args, None if seed is None else seed + i, lora_name)
+            for i, ids in enumerate(prompt_token_ids_list)
+        )
+        return list(await asyncio.gather(*samples))
 
     # -- lifecycle --------------------------------------------------------------
 

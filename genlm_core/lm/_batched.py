@@ -208,40 +208,23 @@ class BatchedAsyncLM(AsyncLMBase):
     ) -> torch.Tensor:
         """Log-probabilities for several prompts, submitted to the batcher together."""
         reqs = self.make_requests(token_ids_list, lora_name)
-        if not reqs:
-            return self._no_rows()
-        outs: list[torch.Tensor | None] = [
-            self.cache.get(r) if self.cache is not None else None for r in reqs
-        ]
-        misses = [i for i, out in enumerate(outs) if out is None]
+        rows = self._cached(reqs)
+        misses = [i for i, row in enumerate(rows) if row is None]
         if misses:
             computed = await self._batcher().submit_many([reqs[i] for i in misses])
-            for i, out in zip(misses, computed, strict=True):
-                outs[i] = out
-        return torch.stack(outs)  # type: ignore[arg-type]
+            for i, row in zip(misses, computed, strict=True):
+                rows[i] = row
+        return torch.stack(rows) if rows else self._no_rows()  # type: ignore[arg-type]
 
     def batch_next_token_logprobs_sync(
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Synchronous batch, deduplicated and cached like the async path."""
         reqs = self.make_requests(token_ids_list, lora_name)
-        if not reqs:
-            return self._no_rows()
-        results: dict[Request, torch.Tensor] = {}
-        missing: list[Request] = []
-        for req in reqs:
-            if req in results:
-                continue
-            hit = self.cache.get(req) if self.cache is not None else None
-            if hit is not None:
-                results[req] = hit
-            else:
-                results[req] = None  # type: ignore[assignment]
-                missing.append(req)
-        for start in range(0, len(missing), self.batch_size):
-            chunk = missing[start : start + self.batch_size]
-            results.update(zip(chunk, raise_failures(self._computation.run(chunk)), strict=True))
-        return torch.stack([results[r] for r in reqs])
+        rows = self._cached(reqs)
+        computed = self._compute_here([r for r, row in zip(reqs, rows, strict=True) if row is None])
+        rows = [computed[r] if row is None else row for r, row in zip(reqs, rows, strict=True)]
+        return torch.stack(rows) if rows else self._no_rows()
 
     async def prefix_next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
@@ -281,9 +264,22 @@ class BatchedAsyncLM(AsyncLMBase):
             first = missing[0]
             (computed,) = raise_failures(self._computation.run([_from(req, first)]))
             return _after(rows[:first], computed)
-        return self.batch_next_token_logprobs_sync(
-            [p.token_ids for p in prefixes], lora_name=req.lora_name
-        )
+        computed = self._compute_here([prefixes[i] for i in missing])
+        pairs = zip(prefixes, rows, strict=True)
+        return torch.stack([computed[p] if row is None else row for p, row in pairs])
+
+    def _cached(self, reqs: Sequence[Request]) -> list[torch.Tensor | None]:
+        """Each request's row in the output cache, or None."""
+        cache = self.cache
+        return [cache.get(r) for r in reqs] if cache is not None else [None] * len(reqs)
+
+    def _compute_here(self, reqs: list[Request]) -> dict[Request, torch.Tensor]:
+        """Rows of the distinct ``reqs``, computed in this thread ``batch_size`` at a time."""
+        todo, rows = list(dict.fromkeys(reqs)), {}
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start : start + self.batch_size]
+            rows.update(zip(chunk, raise_failures(self._computation.run(chunk)), strict=True))
+        return rows
 
     def _prefix_lookup(
         self, token_ids: Sequence[int], lora_name: str | None, start: int
@@ -291,10 +287,7 @@ class BatchedAsyncLM(AsyncLMBase):
         """The checked request, its prefixes, their cached rows, and the missing indices."""
         req = self.make_prefix_request(token_ids, lora_name, start)
         prefixes = req.prefixes()
-        if self.cache is None:
-            rows: list[torch.Tensor | None] = [None] * len(prefixes)
-        else:
-            rows = [self.cache.get(prefix) for prefix in prefixes]
+        rows = self._cached(prefixes)
         return req, prefixes, rows, [i for i, row in enumerate(rows) if row is None]
 
     def clear_cache(self) -> None:

@@ -1,65 +1,20 @@
 """Sampling token by token from a model's exact next-token log-probabilities.
 
-:class:`Sampling` gives :class:`~genlm_core.lm.AsyncLMBase` its ``sample`` and
-``batch_sample``; :func:`sampling_args` checks their arguments, for backends with a
-sampler of their own too.
+:meth:`AsyncLMBase.sample <genlm_core.lm.AsyncLMBase.sample>` checks its arguments with
+:func:`sampling_args` (public, for backends with a sampler of their own too) and draws
+each token with :func:`draw`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import numbers
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 import torch
 
 from genlm_core._validation import is_int_at_least, is_integer
 
-if TYPE_CHECKING:
-    from genlm_core.lm._base import AsyncLMBase
-
-__all__ = ["batch_sample", "sample", "sampling_args"]
-
-
-async def sample(
-    lm: AsyncLMBase,
-    prompt_token_ids: Sequence[int],
-    max_tokens: int,
-    eos_token_ids: Iterable[int],
-    temperature: float = 1.0,
-    seed: int | None = None,
-    lora_name: str | None = None,
-) -> list[int]:
-    """``lm.sample``: draw token by token from ``lm.next_token_logprobs`` (see AsyncLMBase)."""
-    prompt = list(lm.make_request(prompt_token_ids, lora_name).token_ids)
-    eos, generator = sampling_args(max_tokens, eos_token_ids, temperature, seed)
-    out: list[int] = []
-    for _ in range(max_tokens):
-        logprobs = await lm.next_token_logprobs(prompt + out, lora_name=lora_name)
-        token = _draw(logprobs, temperature, generator)
-        if token in eos:
-            break
-        out.append(token)
-    return out
-
-
-async def batch_sample(
-    lm: AsyncLMBase,
-    prompt_token_ids_list: Sequence[Sequence[int]],
-    max_tokens: int,
-    eos_token_ids: Iterable[int],
-    temperature: float = 1.0,
-    seed: int | None = None,
-    lora_name: str | None = None,
-) -> list[list[int]]:
-    """``lm.batch_sample``: ``lm.sample`` per prompt, concurrently (prompt ``i``: ``seed + i``)."""
-    eos = list(eos_token_ids)
-    samples = (
-        lm.sample(ids, max_tokens, eos, temperature, None if seed is None else seed + i, lora_name)
-        for i, ids in enumerate(prompt_token_ids_list)
-    )
-    return list(await asyncio.gather(*samples))
+__all__ = ["draw", "sampling_args"]
 
 
 def sampling_args(
@@ -103,7 +58,8 @@ def sampling_args(
     return eos, generator
 
 
-def _draw(logprobs: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
+def draw(logprobs: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
+    """One token id drawn from ``softmax(logprobs / temperature)`` (with ``generator``)."""
     logits = logprobs.float() if temperature == 1.0 else logprobs.float() / temperature
     probs = torch.softmax(logits, dim=-1)
     if generator is not None and probs.device != generator.device:
