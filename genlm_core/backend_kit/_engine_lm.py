@@ -19,7 +19,7 @@ from abc import abstractmethod
 from typing import Any
 
 from genlm_core.errors import InvalidArgumentError
-from genlm_core.lm import BatchedAsyncLM, LoraAdapter
+from genlm_core.lm import BatchedAsyncLM, LoraAdapter, _compat
 from genlm_core.loading import merge_engine_options, resolve_model_name
 
 __all__ = ["EngineLM"]
@@ -45,6 +45,10 @@ class EngineLM(BatchedAsyncLM):
     engine_name = "the"
     #: How to start the engine with LoRA support (said when it was started without).
     lora_hint = "start the engine with LoRA support"
+    # genlm-backend 0.3.1's methods, kept for its clients (see genlm_core.lm._compat).
+    reset_async_queries = _compat.reset_async_queries
+    set_lora = _compat.set_lora
+    clear_lora = _compat.clear_lora
 
     def __init__(self, tokenizer: Any, *, owns_engine: bool = True, **kwargs: Any) -> None:
         super().__init__(tokenizer, **kwargs)

@@ -5,7 +5,7 @@ Two layers, following "Protocol for consumers, ABC for implementers":
 * :class:`AsyncLM` is a runtime-checkable Protocol: the surface downstream code
   (genlm-control, genlm-bytes style clients) relies on.
 * :class:`AsyncLMBase` is the ABC a backend subclasses. It decodes the vocabulary,
-  validates token ids and LoRA names, keeps the LoRA adapters (a backend implements
+  validates token ids and LoRA names, holds the LoRA adapters (a backend implements
   ``load_adapter``/``unload_adapter``) and supplies ``batch_*``, ``prefix_*``,
   ``sample``, ``batch_sample``, context managers and idempotent ``cleanup``.
 * :class:`BatchedAsyncLM` adds the shared batcher and output cache: a backend
@@ -22,7 +22,6 @@ from __future__ import annotations
 from genlm_core.lm._adapters import LoraAdapter
 from genlm_core.lm._base import AsyncLMBase
 from genlm_core.lm._batched import DEFAULT_CACHE_BYTES, BatchedAsyncLM
-from genlm_core.lm._compat import GenlmBackendCompat
 from genlm_core.lm._protocol import AsyncLM
 from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.lm._sampling import sampling_args
@@ -32,7 +31,6 @@ __all__ = [
     "AsyncLM",
     "AsyncLMBase",
     "BatchedAsyncLM",
-    "GenlmBackendCompat",
     "LoraAdapter",
     "PrefixRequest",
     "Request",

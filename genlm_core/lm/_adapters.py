@@ -10,25 +10,29 @@ process-wide counter and are never reused, so an adapter removed and added again
 the same name is a new version too.
 
 A backend implements two hooks, :meth:`~genlm_core.lm.AsyncLMBase.load_adapter` and
-:meth:`~genlm_core.lm.AsyncLMBase.unload_adapter`; the core calls them with the model
-held exclusively (no batch computing) and keeps this table.
+:meth:`~genlm_core.lm.AsyncLMBase.unload_adapter`; :class:`LoraAdapters`, which every
+model holds, keeps the table and calls them with the model held exclusively (no batch
+computing).
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import itertools
+import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from genlm_core.errors import InvalidArgumentError, LoraNotSupportedError, UnknownLoraError
+from genlm_core.lm._requests import PrefixRequest, Request
+from genlm_core.runtime import ComputeGate, RequestFailure
 
-if TYPE_CHECKING:
-    from genlm_core.lm._requests import PrefixRequest, Request
+__all__ = ["AdapterHooks", "LoraAdapter", "LoraAdapters", "new_generation", "short_ids"]
 
-__all__ = ["AdapterTable", "LoraAdapter", "LoraAdapters", "new_generation"]
+log = logging.getLogger(__name__)
 
 _GENERATIONS = itertools.count(1)
 _GENERATIONS_LOCK = threading.Lock()
@@ -60,184 +64,111 @@ class LoraAdapter:
         return f"{self.name}@{self.generation}"
 
 
-class AdapterTable:
-    """The adapters a model has loaded: name -> (current version, the backend's handle).
+class AdapterHooks(Protocol):
+    """The backend's side of adapters (:class:`~genlm_core.lm.AsyncLMBase` has both)."""
+
+    def load_adapter(self, adapter: LoraAdapter) -> Any:
+        """Load one adapter version; return the handle computations use."""
+
+    def unload_adapter(self, adapter: LoraAdapter, handle: Any) -> None:
+        """Unload a version :meth:`load_adapter` loaded."""
+
+
+class LoraAdapters:
+    """A model's adapters: name -> (current version, the backend's handle).
 
     Reads are single dict lookups (safe from any thread); changes happen under the
-    model's exclusive access.
+    model's exclusive access (``gate``), where the backend's hooks are called.
+
+    Args:
+        hooks: The backend (its ``load_adapter`` and ``unload_adapter``).
+        gate: The model's :class:`~genlm_core.runtime.ComputeGate`.
+        supported: Whether the backend implements ``load_adapter``.
+        forget_outputs: Drops the cached rows of an adapter replaced or removed.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        hooks: AdapterHooks,
+        gate: ComputeGate,
+        *,
+        supported: bool,
+        forget_outputs: Callable[[str], None],
+    ) -> None:
+        self._hooks = hooks
+        self._gate = gate
+        self._supported = supported
+        self._forget_outputs = forget_outputs
         self._loaded: dict[str, tuple[LoraAdapter, Any]] = {}
 
     def names(self) -> list[str]:
         """The loaded adapters' names, sorted."""
         return sorted(self._loaded)
 
-    def generation(self, name: str) -> int | None:
-        """The current version of adapter ``name``, or None when it is not loaded."""
-        entry = self._loaded.get(name)
-        return None if entry is None else entry[0].generation
-
-    def get(self, name: str) -> tuple[LoraAdapter, Any] | None:
-        """The current version of ``name`` and its handle, or None."""
-        return self._loaded.get(name)
-
-    def put(self, adapter: LoraAdapter, handle: Any) -> tuple[LoraAdapter, Any] | None:
-        """Make ``adapter`` the current version of its name; return the one it replaces."""
-        old = self._loaded.get(adapter.name)
-        self._loaded[adapter.name] = (adapter, handle)
-        return old
-
-    def pop(self, name: str) -> tuple[LoraAdapter, Any] | None:
-        """Forget adapter ``name``; return its version and handle, or None."""
-        return self._loaded.pop(name, None)
-
-    def entries(self) -> list[tuple[LoraAdapter, Any]]:
-        """Every loaded version with its handle."""
-        return list(self._loaded.values())
-
-    def __len__(self) -> int:
-        return len(self._loaded)
-
-
-class LoraAdapters:
-    """The LoRA methods of :class:`~genlm_core.lm.AsyncLMBase` (a mixin).
-
-    The core keeps the adapter table and calls the backend's two hooks,
-    :meth:`load_adapter` and :meth:`unload_adapter`, with the model held exclusively:
-    no batch computes while an adapter is loaded or unloaded.
-    """
-
-    _adapters: AdapterTable
-    _check_open: Any
-    exclusive_access: Any
-
-    def validate_lora(self, lora_name: str | None) -> str | None:
-        """Check that ``lora_name`` is None or an added adapter.
-
-        Raises:
-            UnknownLoraError: The adapter was never added (or was removed).
-        """
-        self._generation(lora_name)
-        return lora_name
-
-    def _generation(self, lora_name: str | None) -> int:
-        """The current version of ``lora_name`` (0: the base model)."""
+    def generation(self, lora_name: str | None) -> int:
+        """The current version of ``lora_name`` (0: the base model); UnknownLoraError if none."""
         if lora_name is None:
             return 0
-        generation = self._adapters.generation(lora_name) if isinstance(lora_name, str) else None
-        if generation is None:
-            raise UnknownLoraError(self._unknown_lora_message(lora_name))
-        return generation
+        entry = self._loaded.get(lora_name) if isinstance(lora_name, str) else None
+        if entry is None:
+            raise UnknownLoraError(self._unknown(lora_name))
+        return entry[0].generation
 
-    def _unknown_lora_message(self, lora_name: Any) -> str:
-        known = ", ".join(map(repr, self._adapters.names())) or "none"
+    def _unknown(self, lora_name: Any) -> str:
+        known = ", ".join(map(repr, self.names())) or "none"
         return (
             f"unknown LoRA adapter {lora_name!r} (loaded: {known}); add it first with "
             f"lm.add_new_lora(path, {lora_name!r}), or pass lora_name=None for the base model"
         )
 
-    def add_new_lora(self, lora_path: str | os.PathLike[str], lora_name: str = "lora_1") -> None:
-        """Load a LoRA adapter under ``lora_name``; select it per call with ``lora_name=``.
-
-        Loading under a name already loaded replaces that adapter: every call that
-        starts after this returns computes with the new one (cached rows of the old one
-        are dropped and never served). If loading fails the old adapter stays.
-
-        Raises:
-            LoraNotSupportedError: The backend cannot load adapters.
-            ValueError: ``lora_name`` is not a non-empty string.
-            Exception: Whatever the backend's :meth:`load_adapter` raises for a bad path.
-        """
-        self._check_open()
+    def add(self, lora_path: str | os.PathLike[str], lora_name: str, owner: str) -> None:
+        """``owner.add_new_lora``: load a new version under ``lora_name``, then unload the old."""
         if not isinstance(lora_name, str) or not lora_name:
             raise InvalidArgumentError(f"lora_name must be a non-empty string, got {lora_name!r}")
-        if type(self).load_adapter is LoraAdapters.load_adapter:
+        if not self._supported:
             raise LoraNotSupportedError(
-                f"{type(self).__name__} does not support LoRA adapters; load a merged model "
+                f"{owner} does not support LoRA adapters; load a merged model "
                 f"instead, or use a backend that serves adapters (hf, vllm, sgl, mlx)"
             )
         adapter = LoraAdapter(lora_name, os.fspath(lora_path), new_generation())
-        with self.exclusive_access():
-            handle = self.load_adapter(adapter)
-            old = self._adapters.put(adapter, handle)
+        with self._gate.exclusive():
+            handle = self._hooks.load_adapter(adapter)
+            old = self._loaded.get(lora_name)
+            self._loaded[lora_name] = (adapter, handle)
             if old is not None:
-                self.unload_adapter(*old)
-            self._forget_adapter_outputs(lora_name)
+                self._hooks.unload_adapter(*old)
+            self._forget_outputs(lora_name)
 
-    def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs.
-
-        Requests for it that are still waiting fail with :class:`UnknownLoraError`;
-        requests for the base model or other adapters are unaffected.
-
-        Raises:
-            UnknownLoraError: No adapter of that name is loaded.
-        """
-        self._check_open()
-        with self.exclusive_access():
-            entry = self._adapters.pop(lora_name)
+    def remove(self, lora_name: str) -> None:
+        """``remove_lora``: unload adapter ``lora_name`` and drop its cached rows."""
+        with self._gate.exclusive():
+            entry = self._loaded.pop(lora_name, None)
             if entry is None:
-                raise UnknownLoraError(self._unknown_lora_message(lora_name))
-            self.unload_adapter(*entry)
-            self._forget_adapter_outputs(lora_name)
+                raise UnknownLoraError(self._unknown(lora_name))
+            self._hooks.unload_adapter(*entry)
+            self._forget_outputs(lora_name)
 
-    async def add_new_lora_async(
-        self, lora_path: str | os.PathLike[str], lora_name: str = "lora_1"
-    ) -> None:
-        """:meth:`add_new_lora` for coroutines: the same, waited for off the event loop.
+    def unload_all(self, owner: str) -> None:
+        """Unload every adapter (cleanup); one that fails is logged, the rest still go."""
+        with self._gate.exclusive():
+            for adapter, handle in list(self._loaded.values()):
+                del self._loaded[adapter.name]
+                try:
+                    self._hooks.unload_adapter(adapter, handle)
+                except Exception as exc:  # noqa: BLE001 - reported; the rest must still go
+                    log.warning(
+                        "%s.cleanup: LoRA adapter %r could not be unloaded (%s: %s)",
+                        owner,
+                        adapter.name,
+                        type(exc).__name__,
+                        exc,
+                    )
 
-        Waiting for the batch in flight and loading the adapter (seconds for a real
-        one) run in a thread, so the program's other coroutines keep running.
-        """
-        await asyncio.to_thread(self.add_new_lora, lora_path, lora_name)
-
-    async def remove_lora_async(self, lora_name: str) -> None:
-        """:meth:`remove_lora` for coroutines: the same, waited for off the event loop."""
-        await asyncio.to_thread(self.remove_lora, lora_name)
-
-    @property
-    def lora_names(self) -> list[str]:
-        """Names of the loaded LoRA adapters."""
-        return self._adapters.names()
-
-    def load_adapter(self, adapter: LoraAdapter) -> Any:
-        """Backend hook: load one adapter version; return the handle computations use.
-
-        Called by :meth:`add_new_lora` with the model held exclusively. Load it under a
-        name unique to this version (``adapter.engine_name``) if the engine keys
-        adapters by name: the version it replaces is unloaded only after this returns.
-        Raise to refuse (bad path, wrong base model): nothing changes then.
-
-        Args:
-            adapter: The name, path and generation of the version to load.
-
-        Returns:
-            Whatever the backend needs to compute with it (an engine id, a request
-            object); :meth:`adapter_handle` gives it back during computations.
-        """
-        raise LoraNotSupportedError(f"{type(self).__name__} does not support LoRA adapters")
-
-    def unload_adapter(self, adapter: LoraAdapter, handle: Any) -> None:  # noqa: B027
-        """Backend hook: unload a version :meth:`load_adapter` loaded (replaced or removed).
-
-        Called with the model held exclusively; drop anything cached for it (keys and
-        values). Default: nothing.
-        """
-
-    def adapter_handle(self, request: Request | PrefixRequest) -> Any:
-        """The backend's handle of the adapter version ``request`` was made for (None: base).
-
-        The core only hands a backend requests whose version is loaded, so during a
-        computation this always succeeds.
-
-        Raises:
-            UnknownLoraError: That version was replaced or removed.
-        """
+    def handle(self, request: Request | PrefixRequest) -> Any:
+        """``adapter_handle``: the handle of ``request``'s version (None: the base model)."""
         if request.lora_name is None:
             return None
-        entry = self._adapters.get(request.lora_name)
+        entry = self._loaded.get(request.lora_name)
         if entry is None or entry[0].generation != request.generation:
             raise UnknownLoraError(
                 f"LoRA adapter {request.lora_name!r} (version {request.generation}) was "
@@ -245,5 +176,31 @@ class LoraAdapters:
             )
         return entry[1]
 
-    def _forget_adapter_outputs(self, lora_name: str) -> None:  # noqa: B027 - a hook
-        """Drop cached outputs of adapter ``lora_name`` (replaced or removed). Default: none."""
+    def current(self, key: Request | PrefixRequest) -> Request | PrefixRequest | RequestFailure:
+        """``key`` for the version loaded now, or a failure if its adapter was removed."""
+        name = key.lora_name
+        if name is None:
+            return key
+        entry = self._loaded.get(name)
+        if entry is None:
+            return RequestFailure(
+                UnknownLoraError(
+                    f"LoRA adapter {name!r} was removed while this request waited "
+                    f"(token_ids={short_ids(key.token_ids)}); add it again with "
+                    f"lm.add_new_lora(path, {name!r}), or use another adapter"
+                )
+            )
+        generation = entry[0].generation
+        if generation == key.generation:
+            return key
+        if type(key) is PrefixRequest:
+            return dataclasses.replace(key, generation=generation)
+        return key._replace(generation=generation)  # type: ignore[union-attr]
+
+
+def short_ids(token_ids: tuple[int, ...]) -> str:
+    """``token_ids`` for a message: whole when short, else its ends."""
+    if len(token_ids) <= 12:
+        return repr(token_ids)
+    head, tail = ", ".join(map(str, token_ids[:5])), ", ".join(map(str, token_ids[-5:]))
+    return f"({head}, ..., {tail}) [{len(token_ids)} tokens]"

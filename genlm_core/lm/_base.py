@@ -1,37 +1,42 @@
 """AsyncLMBase: the base class of every backend.
 
 It decodes the vocabulary, validates token ids and adapters, supplies the batch and
-prefix calls, sampling (:class:`~genlm_core.lm._sampling.Sampling`), the LoRA
-bookkeeping (:class:`~genlm_core.lm._adapters.LoraAdapters`) and the lifecycle.
+prefix calls and the lifecycle. It holds its parts: the gate
+(:class:`~genlm_core.runtime.ComputeGate`), the adapters
+(:class:`~genlm_core.lm._adapters.LoraAdapters`, which call the backend's
+``load_adapter``/``unload_adapter``); ``sample`` calls :mod:`~genlm_core.lm._sampling`'s
+checks and draws.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
-from genlm_core._validation import is_int_at_least, is_integer
-from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
-from genlm_core.lm._adapters import AdapterTable, LoraAdapters
-from genlm_core.lm._requests import LONG_PROMPT, PrefixRequest, Request, token_ids_key
-from genlm_core.lm._sampling import Sampling
+from genlm_core._validation import is_int_at_least
+from genlm_core.errors import (
+    InvalidArgumentError,
+    InvalidTokenIdsError,
+    LoraNotSupportedError,
+    ModelClosedError,
+)
+from genlm_core.lm._adapters import LoraAdapter, LoraAdapters
+from genlm_core.lm._requests import PrefixRequest, Request, checked_token_ids
+from genlm_core.lm._sampling import draw, sampling_args
 from genlm_core.runtime import ComputeGate
 from genlm_core.tokenization import Token, decode_vocab
 
 __all__ = ["AsyncLMBase"]
 
-log = logging.getLogger(__name__)
 
-
-class AsyncLMBase(LoraAdapters, Sampling, ABC):
+class AsyncLMBase(ABC):
     """Base class for backends: vocabulary, validation, sampling and lifecycle.
 
     Subclasses implement :meth:`next_token_logprobs` and
@@ -70,8 +75,13 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
         if byte_vocab is None:
             byte_vocab = decode_vocab(tokenizer, vocab_size=vocab_size)
         self.byte_vocab, self.str_vocab = byte_vocab
-        self._adapters = AdapterTable()
         self._gate = ComputeGate(concurrent=self.thread_safe)
+        self._adapters = LoraAdapters(
+            self,
+            self._gate,
+            supported=type(self).load_adapter is not AsyncLMBase.load_adapter,
+            forget_outputs=self._forget_adapter_outputs,
+        )
         self._closed = False
         self._cleanup_lock = threading.RLock()  # a second cleanup returns once it is done
 
@@ -111,7 +121,7 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
         outs = await asyncio.gather(
             *(self.next_token_logprobs(r.token_ids, lora_name=lora_name) for r in reqs)
         )
-        return _stack(outs, len(self.byte_vocab), self.row_device)
+        return torch.stack(outs) if outs else self._no_rows()
 
     def batch_next_token_logprobs_sync(
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
@@ -119,7 +129,11 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
         """Synchronous :meth:`batch_next_token_logprobs`."""
         reqs = self.make_requests(token_ids_list, lora_name)
         outs = [self.next_token_logprobs_sync(r.token_ids, lora_name=lora_name) for r in reqs]
-        return _stack(outs, len(self.byte_vocab), self.row_device)
+        return torch.stack(outs) if outs else self._no_rows()
+
+    def _no_rows(self) -> torch.Tensor:
+        """The answer to an empty batch: ``(0, vocab)`` float32 on :attr:`row_device`."""
+        return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32, device=self.row_device)
 
     async def prefix_next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
@@ -186,47 +200,13 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
             InvalidTokenIdsError: Empty, not a sequence of integers, out of range, or
                 longer than :attr:`max_positions`.
         """
-        if isinstance(token_ids, torch.Tensor):
-            token_ids = token_ids.tolist()
-        if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Iterable):
-            raise InvalidTokenIdsError(
-                f"token_ids must be a sequence of ints, got {type(token_ids).__name__} "
-                f"{token_ids!r:.80}; encode text first with lm.tokenizer.encode(...)"
-            )
-        ids = tuple(token_ids)
-        if not ids:
-            raise InvalidTokenIdsError(
-                "token_ids is empty; a prompt needs at least one token "
-                "(e.g. the tokenizer's BOS token id)"
-            )
-        n = len(self.byte_vocab)
-        limit = self.max_positions
-        if limit is not None and len(ids) > limit:
-            raise InvalidTokenIdsError(
-                f"token_ids has {len(ids)} tokens, more than the model's context of "
-                f"{limit} positions; shorten the prompt to at most {limit} tokens"
-            )
-        if _plain_ids_in_range(ids, n):  # the fast path, on every call of a sampler
-            return token_ids_key(ids)
-        for pos, t in enumerate(ids):
-            if not is_integer(t):
-                raise InvalidTokenIdsError(
-                    f"token_ids[{pos}] = {t!r} is a {type(t).__name__}, not an int"
-                )
-            if not 0 <= t < n:
-                raise InvalidTokenIdsError(
-                    f"token_ids[{pos}] = {t} is out of range for a vocabulary of {n} "
-                    f"tokens (valid ids: 0..{n - 1})"
-                )
-        if any(type(t) is not int for t in ids):
-            ids = tuple(int(t) for t in ids)
-        return token_ids_key(ids)
+        return checked_token_ids(token_ids, len(self.byte_vocab), self.max_positions)
 
     def make_request(self, token_ids: Any, lora_name: str | None = None) -> Request:
         """Validate a call's arguments into a hashable :class:`Request`."""
         self._check_open()
         ids = self.validate_token_ids(token_ids)
-        return Request(ids, lora_name, self._generation(lora_name))
+        return Request(ids, lora_name, self._adapters.generation(lora_name))
 
     def make_requests(
         self,
@@ -252,7 +232,7 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
                 f"{argument} must be a list of prompts (lists of token ids), got "
                 f"{type(token_ids_list).__name__} {token_ids_list!r:.80}"
             )
-        generation = self._generation(lora_name)
+        generation = self._adapters.generation(lora_name)
         requests = []
         for i, token_ids in enumerate(token_ids_list):
             try:
@@ -271,6 +251,150 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
         """
         with self._gate.exclusive():
             yield
+
+    # -- LoRA adapters (kept by self._adapters) ---------------------------------------
+
+    def add_new_lora(self, lora_path: str | os.PathLike[str], lora_name: str = "lora_1") -> None:
+        """Load a LoRA adapter under ``lora_name``; select it per call with ``lora_name=``.
+
+        Loading under a name already loaded replaces that adapter: every call that
+        starts after this returns computes with the new one (cached rows of the old one
+        are dropped and never served). If loading fails the old adapter stays.
+
+        Raises:
+            LoraNotSupportedError: The backend cannot load adapters.
+            ValueError: ``lora_name`` is not a non-empty string.
+            Exception: Whatever the backend's :meth:`load_adapter` raises for a bad path.
+        """
+        self._check_open()
+        self._adapters.add(lora_path, lora_name, type(self).__name__)
+
+    def remove_lora(self, lora_name: str) -> None:
+        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs.
+
+        Requests for it that are still waiting fail with :class:`UnknownLoraError`;
+        requests for the base model or other adapters are unaffected.
+
+        Raises:
+            UnknownLoraError: No adapter of that name is loaded.
+        """
+        self._check_open()
+        self._adapters.remove(lora_name)
+
+    async def add_new_lora_async(
+        self, lora_path: str | os.PathLike[str], lora_name: str = "lora_1"
+    ) -> None:
+        """:meth:`add_new_lora` for coroutines, waited for off the event loop."""
+        await asyncio.to_thread(self.add_new_lora, lora_path, lora_name)
+
+    async def remove_lora_async(self, lora_name: str) -> None:
+        """:meth:`remove_lora` for coroutines, waited for off the event loop."""
+        await asyncio.to_thread(self.remove_lora, lora_name)
+
+    @property
+    def lora_names(self) -> list[str]:
+        """Names of the loaded LoRA adapters."""
+        return self._adapters.names()
+
+    def validate_lora(self, lora_name: str | None) -> str | None:
+        """Check that ``lora_name`` is None or an added adapter (else UnknownLoraError)."""
+        self._adapters.generation(lora_name)
+        return lora_name
+
+    def adapter_handle(self, request: Request | PrefixRequest) -> Any:
+        """The backend's handle of the adapter version ``request`` was made for (None: base).
+
+        The core only hands a backend requests whose version is loaded, so during a
+        computation this always succeeds.
+
+        Raises:
+            UnknownLoraError: That version was replaced or removed.
+        """
+        return self._adapters.handle(request)
+
+    def load_adapter(self, adapter: LoraAdapter) -> Any:
+        """Backend hook: load one adapter version; return the handle computations use.
+
+        Called by :meth:`add_new_lora` with the model held exclusively. Load it under a
+        name unique to this version (``adapter.engine_name``) if the engine keys
+        adapters by name: the version it replaces is unloaded only after this returns.
+        Raise to refuse (bad path, wrong base model): nothing changes then.
+
+        Args:
+            adapter: The name, path and generation of the version to load.
+
+        Returns:
+            Whatever the backend needs to compute with it (an engine id, a request
+            object); :meth:`adapter_handle` gives it back during computations.
+        """
+        raise LoraNotSupportedError(f"{type(self).__name__} does not support LoRA adapters")
+
+    def unload_adapter(self, adapter: LoraAdapter, handle: Any) -> None:  # noqa: B027
+        """Backend hook: unload a version :meth:`load_adapter` loaded (replaced or removed).
+
+        Called with the model held exclusively; drop anything cached for it (keys and
+        values). Default: nothing.
+        """
+
+    def _forget_adapter_outputs(self, lora_name: str) -> None:  # noqa: B027 - a hook
+        """Drop cached outputs of adapter ``lora_name`` (replaced or removed). Default: none."""
+
+    # -- sampling (checks and draws: lm/_sampling.py) ----------------------------------
+
+    async def sample(
+        self,
+        prompt_token_ids: Sequence[int],
+        max_tokens: int,
+        eos_token_ids: Iterable[int],
+        temperature: float = 1.0,
+        seed: int | None = None,
+        lora_name: str | None = None,
+    ) -> list[int]:
+        """Sample a continuation token by token, stopping at an EOS id or ``max_tokens``.
+
+        Args:
+            prompt_token_ids: The prompt.
+            max_tokens: Most tokens to generate (>= 0).
+            eos_token_ids: Ids that end the sample (not included in the result).
+            temperature: Logits are divided by it (> 0).
+            seed: Makes the sample reproducible.
+            lora_name: LoRA adapter, None for the base model.
+
+        Returns:
+            The generated token ids.
+        """
+        prompt = list(self.make_request(prompt_token_ids, lora_name).token_ids)
+        eos, generator = sampling_args(max_tokens, eos_token_ids, temperature, seed)
+        out: list[int] = []
+        for _ in range(max_tokens):
+            logprobs = await self.next_token_logprobs(prompt + out, lora_name=lora_name)
+            token = draw(logprobs, temperature, generator)
+            if token in eos:
+                break
+            out.append(token)
+        return out
+
+    async def batch_sample(
+        self,
+        prompt_token_ids_list: Sequence[Sequence[int]],
+        max_tokens: int,
+        eos_token_ids: Iterable[int],
+        temperature: float = 1.0,
+        seed: int | None = None,
+        lora_name: str | None = None,
+    ) -> list[list[int]]:
+        """Sample one continuation per prompt, concurrently (so calls are batched).
+
+        With a ``seed``, prompt ``i`` uses ``seed + i``: reproducible, yet two equal
+        prompts get independent samples.
+        """
+        eos = list(eos_token_ids)
+        args = (max_tokens, eos, temperature)
+        samples = (
+            self.sample(ids, *args, None if seed is None else seed + i, lora_name)
+            for i, ids in enumerate(prompt_token_ids_list)
+        )
+        return list(await asyncio.gather(*samples))
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -334,19 +458,7 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
         be shared with other wrappers) and drops cached outputs. An adapter that fails
         to unload (its server already gone, say) is logged, not raised: cleanup goes on.
         """
-        with self.exclusive_access():
-            for adapter, handle in self._adapters.entries():
-                self._adapters.pop(adapter.name)
-                try:
-                    self.unload_adapter(adapter, handle)
-                except Exception as exc:  # noqa: BLE001 - reported; the rest must still go
-                    log.warning(
-                        "%s.cleanup: LoRA adapter %r could not be unloaded (%s: %s)",
-                        type(self).__name__,
-                        adapter.name,
-                        type(exc).__name__,
-                        exc,
-                    )
+        self._adapters.unload_all(type(self).__name__)
         self.clear_cache()
 
     def __enter__(self) -> AsyncLMBase:
@@ -360,30 +472,3 @@ class AsyncLMBase(LoraAdapters, Sampling, ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-# -- helpers -------------------------------------------------------------------
-
-
-def _stack(outs: Sequence[torch.Tensor], width: int, device: torch.device) -> torch.Tensor:
-    if not outs:
-        return torch.empty((0, width), dtype=torch.float32, device=device)
-    return torch.stack(list(outs))
-
-
-def _plain_ids_in_range(ids: tuple[Any, ...], n: int) -> bool:
-    """Whether every id is a plain ``int`` in ``[0, n)``.
-
-    Short prompts (a sampler's every call) take a generator and ``min``/``max``
-    (~1 us); long ones C loops and NumPy, ~20 ns a token: a 250k-token context (a 1 MB
-    text) in ~5 ms, half the generator's time.
-    """
-    if len(ids) < LONG_PROMPT:
-        return all(type(t) is int for t in ids) and 0 <= min(ids) and max(ids) < n
-    if list(map(type, ids)).count(int) != len(ids):
-        return False
-    try:
-        array = np.fromiter(ids, dtype=np.int64, count=len(ids))
-    except OverflowError:
-        return False
-    return bool(array.min() >= 0 and array.max() < n)

@@ -3,14 +3,15 @@
 A backend implements :meth:`BatchedAsyncLM.compute_batch` (and, if its model can run a
 whole sequence at once, :meth:`BatchedAsyncLM.compute_prefix_batch`) and gets
 coalesced, deduplicated, cached async calls and matching sync calls. What happens to
-a batch between the batcher and the backend is :class:`~genlm_core.lm._rows.RowComputation`.
+a batch between the batcher and the backend is the
+:class:`~genlm_core.lm._rows.RowComputation` the model holds; docs/architecture.md
+("A request's path") names every step of a call in order.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
@@ -20,9 +21,9 @@ import torch
 from genlm_core._validation import is_int_at_least, is_seconds
 from genlm_core.lm import _rows
 from genlm_core.lm._base import AsyncLMBase
+from genlm_core.lm._options import accepted_options, unknown_option_error
 from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.lm._rows import RowComputation, raise_failures
-from genlm_core.loading._options import accepted_options, unknown_option_error
 from genlm_core.runtime import LoopBatchers, OutputCache, RowPool, process_trimmer, trimming_wanted
 
 __all__ = ["DEFAULT_CACHE_BYTES", "BatchedAsyncLM"]
@@ -36,7 +37,7 @@ DEFAULT_CACHE_BYTES = 256 << 20
 _BASE_OPTIONS = frozenset({"vocab_size", "byte_vocab"})
 
 
-class BatchedAsyncLM(RowComputation, AsyncLMBase):
+class BatchedAsyncLM(AsyncLMBase):
     """An AsyncLMBase whose calls go through the shared AutoBatcher and OutputCache.
 
     Implement :meth:`compute_batch`; it runs off the event loop, receives unique
@@ -111,10 +112,19 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         super().__init__(tokenizer, **kwargs)
         self.row_device = torch.device(row_device)
         self.batch_size = batch_size
+        #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
+        #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
+        #: pages instead of fresh ones (see :class:`~genlm_core.runtime.RowPool`).
+        self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
+        #: The process's heap trimmer (see :class:`~genlm_core.runtime.HeapTrimmer`),
+        #: used after batches when :attr:`trims_heap` is on.
+        self.heap_trimmer = process_trimmer()
+        # What a batch goes through between the batcher and compute_batch.
+        self._computation = RowComputation(self, self._gate, self._adapters, len(self.byte_vocab))
         # A batcher per event loop (one per asyncio.run) over one worker thread: what
         # init_worker_thread and the libraries set up in it is kept between runs.
         self._loop_batchers = LoopBatchers(
-            functools.partial(self._batch_fn, for_callers=True),
+            functools.partial(self._computation.run, for_callers=True),
             name=f"{type(self).__name__}.batcher",
             initializer=self.init_worker_thread,
             max_batch_size=batch_size,
@@ -122,15 +132,6 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             copy_result=_rows.private,
             closed_error=self._closed_error,
         )
-        #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
-        #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
-        #: pages instead of fresh ones (see :class:`~genlm_core.runtime.RowPool`).
-        self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
-        self._batch_counts = [0, 0]  # compute_batch calls, requests they computed
-        self._batch_counts_lock = threading.Lock()  # the worker and sync callers count
-        #: The process's heap trimmer (see :class:`~genlm_core.runtime.HeapTrimmer`),
-        #: used after batches when :attr:`trims_heap` is on.
-        self.heap_trimmer = process_trimmer()
 
     @abstractmethod
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
@@ -194,7 +195,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             hit = self.cache.get(req)
             if hit is not None:
                 return _rows.private(hit)
-        return await self._batcher().submit(req)  # the caller's own (see _batch_fn)
+        return await self._batcher().submit(req)  # the caller's own (see RowComputation.run)
 
     def next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None
@@ -207,40 +208,23 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
     ) -> torch.Tensor:
         """Log-probabilities for several prompts, submitted to the batcher together."""
         reqs = self.make_requests(token_ids_list, lora_name)
-        if not reqs:
-            return self._no_rows()
-        outs: list[torch.Tensor | None] = [
-            self.cache.get(r) if self.cache is not None else None for r in reqs
-        ]
-        misses = [i for i, out in enumerate(outs) if out is None]
+        rows = self._cached(reqs)
+        misses = [i for i, row in enumerate(rows) if row is None]
         if misses:
             computed = await self._batcher().submit_many([reqs[i] for i in misses])
-            for i, out in zip(misses, computed, strict=True):
-                outs[i] = out
-        return torch.stack(outs)  # type: ignore[arg-type]
+            for i, row in zip(misses, computed, strict=True):
+                rows[i] = row
+        return torch.stack(rows) if rows else self._no_rows()  # type: ignore[arg-type]
 
     def batch_next_token_logprobs_sync(
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Synchronous batch, deduplicated and cached like the async path."""
         reqs = self.make_requests(token_ids_list, lora_name)
-        if not reqs:
-            return self._no_rows()
-        results: dict[Request, torch.Tensor] = {}
-        missing: list[Request] = []
-        for req in reqs:
-            if req in results:
-                continue
-            hit = self.cache.get(req) if self.cache is not None else None
-            if hit is not None:
-                results[req] = hit
-            else:
-                results[req] = None  # type: ignore[assignment]
-                missing.append(req)
-        for start in range(0, len(missing), self.batch_size):
-            chunk = missing[start : start + self.batch_size]
-            results.update(zip(chunk, raise_failures(self._batch_fn(chunk)), strict=True))
-        return torch.stack([results[r] for r in reqs])
+        rows = self._cached(reqs)
+        computed = self._compute_here([r for r, row in zip(reqs, rows, strict=True) if row is None])
+        rows = [computed[r] if row is None else row for r, row in zip(reqs, rows, strict=True)]
+        return torch.stack(rows) if rows else self._no_rows()
 
     async def prefix_next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
@@ -278,15 +262,24 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
             first = missing[0]
-            (computed,) = raise_failures(self._batch_fn([_from(req, first)]))
+            (computed,) = raise_failures(self._computation.run([_from(req, first)]))
             return _after(rows[:first], computed)
-        return self.batch_next_token_logprobs_sync(
-            [p.token_ids for p in prefixes], lora_name=req.lora_name
-        )
+        computed = self._compute_here([prefixes[i] for i in missing])
+        pairs = zip(prefixes, rows, strict=True)
+        return torch.stack([computed[p] if row is None else row for p, row in pairs])
 
-    def _no_rows(self) -> torch.Tensor:
-        """The answer to an empty batch: ``(0, vocab)`` float32 on :attr:`row_device`."""
-        return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32, device=self.row_device)
+    def _cached(self, reqs: Sequence[Request]) -> list[torch.Tensor | None]:
+        """Each request's row in the output cache, or None."""
+        cache = self.cache
+        return [cache.get(r) for r in reqs] if cache is not None else [None] * len(reqs)
+
+    def _compute_here(self, reqs: list[Request]) -> dict[Request, torch.Tensor]:
+        """Rows of the distinct ``reqs``, computed in this thread ``batch_size`` at a time."""
+        todo, rows = list(dict.fromkeys(reqs)), {}
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start : start + self.batch_size]
+            rows.update(zip(chunk, raise_failures(self._computation.run(chunk)), strict=True))
+        return rows
 
     def _prefix_lookup(
         self, token_ids: Sequence[int], lora_name: str | None, start: int
@@ -294,10 +287,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
         """The checked request, its prefixes, their cached rows, and the missing indices."""
         req = self.make_prefix_request(token_ids, lora_name, start)
         prefixes = req.prefixes()
-        if self.cache is None:
-            rows: list[torch.Tensor | None] = [None] * len(prefixes)
-        else:
-            rows = [self.cache.get(prefix) for prefix in prefixes]
+        rows = self._cached(prefixes)
         return req, prefixes, rows, [i for i, row in enumerate(rows) if row is None]
 
     def clear_cache(self) -> None:
@@ -318,8 +308,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
             requests they computed; cache hits and duplicates are not computed) and
             ``mean_batch_size``.
         """
-        with self._batch_counts_lock:
-            batches, requests = self._batch_counts
+        batches, requests = self._computation.counts()
         return {
             "batches": batches,
             "requests": requests,
@@ -328,8 +317,7 @@ class BatchedAsyncLM(RowComputation, AsyncLMBase):
 
     def reset_batch_info(self) -> None:
         """Start :meth:`batch_info`'s counts again from zero."""
-        with self._batch_counts_lock:
-            self._batch_counts[:] = [0, 0]
+        self._computation.counts(reset=True)
 
     def output_cache_info(self) -> dict[str, int]:
         """Entries and bytes of the output cache (zeros when off), and free row bytes kept."""

@@ -1,11 +1,25 @@
-"""The queries a model computes: next-token requests and prefix requests."""
+"""The queries a model computes (next-token and prefix requests), and the prompts' check."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
-__all__ = ["LONG_PROMPT", "LongTokenIds", "PrefixRequest", "Request", "token_ids_key"]
+import numpy as np
+import torch
+
+from genlm_core._validation import is_integer
+from genlm_core.errors import InvalidTokenIdsError
+
+__all__ = [
+    "LONG_PROMPT",
+    "LongTokenIds",
+    "PrefixRequest",
+    "Request",
+    "checked_token_ids",
+    "token_ids_key",
+]
 
 #: Prompts of at least this many tokens keep their hash (see :class:`LongTokenIds`).
 LONG_PROMPT = 256
@@ -66,3 +80,63 @@ class PrefixRequest:
         return [
             Request(token_ids_key(ids[: i + 1]), lora, gen) for i in range(self.start, len(ids))
         ]
+
+
+def checked_token_ids(token_ids: Any, n: int, limit: int | None) -> tuple[int, ...]:
+    """``token_ids`` as a request's key: a tuple of Python ints in ``0..n-1``.
+
+    Raises:
+        InvalidTokenIdsError: Empty, not a sequence of integers, out of range, or
+            longer than ``limit`` (the model's context), naming the bad id.
+    """
+    if isinstance(token_ids, torch.Tensor):
+        token_ids = token_ids.tolist()
+    if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Iterable):
+        raise InvalidTokenIdsError(
+            f"token_ids must be a sequence of ints, got {type(token_ids).__name__} "
+            f"{token_ids!r:.80}; encode text first with lm.tokenizer.encode(...)"
+        )
+    ids = tuple(token_ids)
+    if not ids:
+        raise InvalidTokenIdsError(
+            "token_ids is empty; a prompt needs at least one token "
+            "(e.g. the tokenizer's BOS token id)"
+        )
+    if limit is not None and len(ids) > limit:
+        raise InvalidTokenIdsError(
+            f"token_ids has {len(ids)} tokens, more than the model's context of "
+            f"{limit} positions; shorten the prompt to at most {limit} tokens"
+        )
+    if _plain_ids_in_range(ids, n):  # the fast path, on every call of a sampler
+        return token_ids_key(ids)
+    for pos, t in enumerate(ids):
+        if not is_integer(t):
+            raise InvalidTokenIdsError(
+                f"token_ids[{pos}] = {t!r} is a {type(t).__name__}, not an int"
+            )
+        if not 0 <= t < n:
+            raise InvalidTokenIdsError(
+                f"token_ids[{pos}] = {t} is out of range for a vocabulary of {n} "
+                f"tokens (valid ids: 0..{n - 1})"
+            )
+    if any(type(t) is not int for t in ids):
+        ids = tuple(int(t) for t in ids)
+    return token_ids_key(ids)
+
+
+def _plain_ids_in_range(ids: tuple[Any, ...], n: int) -> bool:
+    """Whether every id is a plain ``int`` in ``[0, n)``.
+
+    Short prompts (a sampler's every call) take a generator and ``min``/``max``
+    (~1 us); long ones C loops and NumPy, ~20 ns a token: a 250k-token context (a 1 MB
+    text) in ~5 ms, half the generator's time.
+    """
+    if len(ids) < LONG_PROMPT:
+        return all(type(t) is int for t in ids) and 0 <= min(ids) and max(ids) < n
+    if list(map(type, ids)).count(int) != len(ids):
+        return False
+    try:
+        array = np.fromiter(ids, dtype=np.int64, count=len(ids))
+    except OverflowError:
+        return False
+    return bool(array.min() >= 0 and array.max() < n)

@@ -1,10 +1,10 @@
 """How a model's batches are computed: adapters made current, rows checked, cached, copied.
 
-:class:`RowComputation` is the part of :class:`~genlm_core.lm.BatchedAsyncLM` between
-the batcher and the backend's ``compute_batch``/``compute_prefix_batch``: it runs one
-computation at a time, brings requests of a replaced adapter to its current version
-(and fails those of a removed one alone), checks each row the backend returns, stores
-it in the output cache and gives each caller a copy of its own.
+:class:`RowComputation` is the object a :class:`~genlm_core.lm.BatchedAsyncLM` holds
+between the batcher and the backend's ``compute_batch``/``compute_prefix_batch``: its
+:meth:`~RowComputation.run` is the batcher's function, and reads in the order things
+happen: the gate, the adapters' current versions, the backend, the row checks, the
+output cache, the callers' private copies.
 
 Rows live on the model's :attr:`row_device`: the CPU (the default), or the device of
 the model (a GPU) when the backend offers it. On a GPU every step is batched: one
@@ -14,36 +14,55 @@ copies are made with one multi-tensor copy (no per-row host synchronisation).
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from genlm_core.errors import BackendContractError, BatchSizeMismatchError, UnknownLoraError
+from genlm_core.errors import BackendContractError, BatchSizeMismatchError
+from genlm_core.lm._adapters import LoraAdapters, short_ids
 from genlm_core.lm._requests import PrefixRequest, Request
-from genlm_core.runtime import RequestFailure
+from genlm_core.runtime import ComputeGate, RequestFailure
 
-__all__ = ["RowComputation", "private", "private_rows", "raise_failures", "short_ids"]
+if TYPE_CHECKING:
+    from genlm_core.lm._batched import BatchedAsyncLM
+
+__all__ = ["RowComputation", "private", "private_rows", "raise_failures"]
+
+Key = Request | PrefixRequest
 
 
 class RowComputation:
-    """The batch function of :class:`~genlm_core.lm.BatchedAsyncLM` (a mixin)."""
+    """The batch function of a :class:`~genlm_core.lm.BatchedAsyncLM`, and its counts.
 
-    byte_vocab: list[Any]
-    row_device: torch.device
-    cache: Any
-    row_pool: Any
-    trims_heap: bool
-    heap_trimmer: Any
-    _gate: Any
-    _adapters: Any
-    _batch_counts: list[int]
-    _batch_counts_lock: Any
-    compute_batch: Any
-    compute_prefix_batch: Any
+    Args:
+        model: The model: its backend methods, row device, output cache, row pool.
+        gate: The model's gate (one computation at a time unless thread-safe).
+        adapters: The model's adapters (requests are brought to their current version).
+        width: The rows' length (``len(byte_vocab)``).
+    """
 
-    def _batch_fn(self, keys: list[Any], *, for_callers: bool = False) -> list[Any]:
+    def __init__(
+        self, model: BatchedAsyncLM, gate: ComputeGate, adapters: LoraAdapters, width: int
+    ) -> None:
+        self._model = model
+        self._name = type(model).__name__
+        self._gate = gate
+        self._adapters = adapters
+        self.width = width
+        self._counts = [0, 0]  # compute_batch calls, requests they computed
+        self._counts_lock = threading.Lock()  # the worker and sync callers count
+
+    def counts(self, reset: bool = False) -> tuple[int, int]:
+        """``compute_batch`` calls and the requests they computed (then zero them if ``reset``)."""
+        with self._counts_lock:
+            counts = (self._counts[0], self._counts[1])
+            if reset:
+                self._counts[:] = [0, 0]
+        return counts
+
+    def run(self, keys: list[Key], *, for_callers: bool = False) -> list[Any]:
         """The batcher's function: next-token and prefix requests, checked and cached.
 
         Runs one computation at a time (the model's :class:`ComputeGate`). A request
@@ -55,8 +74,9 @@ class RowComputation:
         else holds (cached rows are copied here, in the worker thread, not on the
         event loop): the batcher hands it to the key's first caller as it is.
         """
+        model = self._model
         with self._gate.computing():
-            current = [self._current(key) for key in keys]
+            current = [self._adapters.current(key) for key in keys]
             todo = list(dict.fromkeys(k for k in current if type(k) is not RequestFailure))
             requests = [k for k in todo if type(k) is not PrefixRequest]
             prefix_requests = [k for k in todo if type(k) is PrefixRequest]
@@ -65,8 +85,8 @@ class RowComputation:
                 results.update(zip(requests, self._next_token_rows(requests), strict=True))
             if prefix_requests:
                 results.update(self._prefix_rows(prefix_requests))
-        if self.trims_heap:
-            self.heap_trimmer.maybe_trim()
+        if model.trims_heap:
+            model.heap_trimmer.maybe_trim()
         out = [k if type(k) is RequestFailure else results[k] for k in current]
         if for_callers:
             handed: set[int] = set()
@@ -81,48 +101,30 @@ class RowComputation:
                 out[i] = row
         return out
 
-    def _current(self, key: Any) -> Any:
-        """``key`` for the adapter version loaded now, or a failure if it was removed."""
-        name = key.lora_name
-        if name is None:
-            return key
-        generation = self._adapters.generation(name)
-        if generation == key.generation:
-            return key
-        if generation is None:
-            return RequestFailure(
-                UnknownLoraError(
-                    f"LoRA adapter {name!r} was removed while this request waited "
-                    f"(token_ids={short_ids(key.token_ids)}); add it again with "
-                    f"lm.add_new_lora(path, {name!r}), or use another adapter"
-                )
-            )
-        if type(key) is PrefixRequest:
-            return dataclasses.replace(key, generation=generation)
-        return key._replace(generation=generation)
-
     def _next_token_rows(self, requests: list[Request]) -> list[Any]:
-        outs = list(self.compute_batch(requests))
+        """The backend's rows for ``requests``, checked, and stored in the output cache."""
+        outs = list(self._model.compute_batch(requests))
         if len(outs) != len(requests):
             raise BatchSizeMismatchError(
-                f"{type(self).__name__}.compute_batch returned {len(outs)} results "
+                f"{self._name}.compute_batch returned {len(outs)} results "
                 f"for {len(requests)} requests"
             )
-        with self._batch_counts_lock:
-            self._batch_counts[0] += 1
-            self._batch_counts[1] += len(requests)
-        rows = self._checked_rows(requests, outs, "compute_batch")
-        if self.cache is not None:
+        with self._counts_lock:
+            self._counts[0] += 1
+            self._counts[1] += len(requests)
+        rows = self.checked_rows(requests, outs, "compute_batch")
+        cache = self._model.cache
+        if cache is not None:
             for req, row in zip(requests, rows, strict=True):
                 if type(row) is not RequestFailure:
-                    self.cache[req] = row
+                    cache[req] = row
         return rows
 
     def _prefix_rows(self, requests: list[PrefixRequest]) -> dict[PrefixRequest, Any]:
-        outs = list(self.compute_prefix_batch(requests))
+        outs = list(self._model.compute_prefix_batch(requests))
         if len(outs) != len(requests):
             raise BatchSizeMismatchError(
-                f"{type(self).__name__}.compute_prefix_batch returned {len(outs)} results "
+                f"{self._name}.compute_prefix_batch returned {len(outs)} results "
                 f"for {len(requests)} requests"
             )
         results: dict[PrefixRequest, Any] = {}
@@ -136,7 +138,7 @@ class RowComputation:
             if len(rows) != len(prefixes):
                 results[req] = RequestFailure(
                     BackendContractError(
-                        f"{type(self).__name__}.compute_prefix_batch returned {len(rows)} "
+                        f"{self._name}.compute_prefix_batch returned {len(rows)} "
                         f"rows for a sequence of {len(req.token_ids)} tokens from position "
                         f"{req.start}; expected {len(prefixes)}, one per prefix"
                     )
@@ -145,20 +147,21 @@ class RowComputation:
             spans.append((req, prefixes, len(keys)))
             keys.extend(prefixes)
             values.extend(rows)
-        all_checked = self._checked_rows(keys, values, "compute_prefix_batch")
+        cache = self._model.cache
+        all_checked = self.checked_rows(keys, values, "compute_prefix_batch")
         for req, prefixes, first in spans:
             checked = all_checked[first : first + len(prefixes)]
             failed = [row for row in checked if type(row) is RequestFailure]
             if failed:
                 results[req] = failed[0]
                 continue
-            if self.cache is not None:
+            if cache is not None:
                 for prefix, row in zip(prefixes, checked, strict=True):
-                    self.cache[prefix] = row
+                    cache[prefix] = row
             results[req] = torch.stack(checked)
         return results
 
-    def _checked_rows(self, reqs: list[Request], outs: list[Any], method: str) -> list[Any]:
+    def checked_rows(self, reqs: list[Request], outs: list[Any], method: str) -> list[Any]:
         """Each of ``outs`` if it is a valid row for its request (owned), else a failure.
 
         A valid row is a float32 tensor of shape ``(len(byte_vocab),)`` on
@@ -166,8 +169,8 @@ class RowComputation:
         logits; no NaN). One reduction per row, cheap against the forward that made
         it; on a GPU all rows are reduced together and read back once.
         """
-        width = len(self.byte_vocab)
-        device = self.row_device
+        width = self.width
+        device = self._model.row_device
         checked: list[Any] = [None] * len(outs)
         todo: list[int] = []
         for i, out in enumerate(outs):
@@ -203,11 +206,12 @@ class RowComputation:
         return checked
 
     def _contract_failure(self, req: Request, method: str, problem: str) -> RequestFailure:
-        width = len(self.byte_vocab)
-        where = "CPU" if self.row_device.type == "cpu" else str(self.row_device)
+        width = self.width
+        device = self._model.row_device
+        where = "CPU" if device.type == "cpu" else str(device)
         return RequestFailure(
             BackendContractError(
-                f"{type(self).__name__}.{method} returned {problem} for the request "
+                f"{self._name}.{method} returned {problem} for the request "
                 f"token_ids={short_ids(req.token_ids)}, lora_name={req.lora_name!r}; expected "
                 f"a float32 {where} tensor of shape ({width},) holding normalised log-probs"
             )
@@ -222,7 +226,7 @@ class RowComputation:
         views = [
             i
             for i, row in enumerate(rows)
-            if not self.row_pool.owns(row) and row.untyped_storage().nbytes() > row.nbytes
+            if not self._model.row_pool.owns(row) and row.untyped_storage().nbytes() > row.nbytes
         ]
         if not views:
             return rows
@@ -297,11 +301,3 @@ def raise_failures(results: list[Any]) -> list[Any]:
         if type(result) is RequestFailure:
             raise result.error
     return results
-
-
-def short_ids(token_ids: tuple[int, ...]) -> str:
-    """``token_ids`` for a message: whole when short, else its ends."""
-    if len(token_ids) <= 12:
-        return repr(token_ids)
-    head, tail = ", ".join(map(str, token_ids[:5])), ", ".join(map(str, token_ids[-5:]))
-    return f"({head}, ..., {tail}) [{len(token_ids)} tokens]"

@@ -1,93 +1,20 @@
 """Sampling token by token from a model's exact next-token log-probabilities.
 
-:class:`Sampling` gives :class:`~genlm_core.lm.AsyncLMBase` its ``sample`` and
-``batch_sample``; :func:`sampling_args` checks their arguments, for backends with a
-sampler of their own too.
+:meth:`AsyncLMBase.sample <genlm_core.lm.AsyncLMBase.sample>` checks its arguments with
+:func:`sampling_args` (public, for backends with a sampler of their own too) and draws
+each token with :func:`draw`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import numbers
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable
 
 import torch
 
 from genlm_core._validation import is_int_at_least, is_integer
 
-__all__ = ["Sampling", "sampling_args"]
-
-
-class Sampling:
-    """``sample`` and ``batch_sample`` over ``next_token_logprobs`` (a mixin of AsyncLMBase)."""
-
-    make_request: Any
-    next_token_logprobs: Any
-
-    async def sample(
-        self,
-        prompt_token_ids: Sequence[int],
-        max_tokens: int,
-        eos_token_ids: Iterable[int],
-        temperature: float = 1.0,
-        seed: int | None = None,
-        lora_name: str | None = None,
-    ) -> list[int]:
-        """Sample a continuation token by token, stopping at an EOS id or ``max_tokens``.
-
-        Args:
-            prompt_token_ids: The prompt.
-            max_tokens: Most tokens to generate (>= 0).
-            eos_token_ids: Ids that end the sample (not included in the result).
-            temperature: Logits are divided by it (> 0).
-            seed: Makes the sample reproducible.
-            lora_name: LoRA adapter, None for the base model.
-
-        Returns:
-            The generated token ids.
-        """
-        prompt = list(self.make_request(prompt_token_ids, lora_name).token_ids)
-        eos, generator = sampling_args(max_tokens, eos_token_ids, temperature, seed)
-        out: list[int] = []
-        for _ in range(max_tokens):
-            logprobs = await self.next_token_logprobs(prompt + out, lora_name=lora_name)
-            token = _draw(logprobs, temperature, generator)
-            if token in eos:
-                break
-            out.append(token)
-        return out
-
-    async def batch_sample(
-        self,
-        prompt_token_ids_list: Sequence[Sequence[int]],
-        max_tokens: int,
-        eos_token_ids: Iterable[int],
-        temperature: float = 1.0,
-        seed: int | None = None,
-        lora_name: str | None = None,
-    ) -> list[list[int]]:
-        """Sample one continuation per prompt, concurrently (so calls are batched).
-
-        With a ``seed``, prompt ``i`` uses ``seed + i``: reproducible, yet two equal
-        prompts get independent samples.
-        """
-        eos = list(eos_token_ids)
-        return list(
-            await asyncio.gather(
-                *(
-                    self.sample(
-                        ids,
-                        max_tokens,
-                        eos,
-                        temperature,
-                        None if seed is None else seed + i,
-                        lora_name,
-                    )
-                    for i, ids in enumerate(prompt_token_ids_list)
-                )
-            )
-        )
+__all__ = ["draw", "sampling_args"]
 
 
 def sampling_args(
@@ -131,7 +58,8 @@ def sampling_args(
     return eos, generator
 
 
-def _draw(logprobs: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
+def draw(logprobs: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
+    """One token id drawn from ``softmax(logprobs / temperature)`` (with ``generator``)."""
     logits = logprobs.float() if temperature == 1.0 else logprobs.float() / temperature
     probs = torch.softmax(logits, dim=-1)
     if generator is not None and probs.device != generator.device:

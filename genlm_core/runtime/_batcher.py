@@ -81,11 +81,8 @@ class AutoBatcher(Generic[K, R]):
         ValueError: ``max_batch_size`` is not an integer >= 1, or ``max_wait`` is not
             a finite number >= 0.
 
-    Example::
-
-        batcher = AutoBatcher(lambda keys: [model(k) for k in keys], max_batch_size=32)
-        results = await asyncio.gather(*(batcher.submit(k) for k in keys))
-        await batcher.aclose()
+    Example: ``AutoBatcher(lambda keys: [f(k) for k in keys])``, then ``await
+    batcher.submit(key)`` from any number of coroutines, and ``await batcher.aclose()``.
     """
 
     def __init__(
@@ -172,19 +169,10 @@ class AutoBatcher(Generic[K, R]):
         return await fut
 
     async def submit_many(self, keys: Sequence[K]) -> list[R]:
-        """Queue several keys at once and wait for all their results.
+        """Queue several keys at once (no task per key); their results, in order.
 
-        Cheaper than gathering :meth:`submit` calls: no task per key.
-
-        Args:
-            keys: Hashable requests (duplicates are computed once).
-
-        Returns:
-            One result per key, in the order of ``keys``.
-
-        Raises:
-            Exception: The first failure among the keys (see :meth:`submit`); the
-                other keys' computations are abandoned by this caller.
+        Duplicates are computed once. Raises the first failure among the keys (see
+        :meth:`submit`); this caller then abandons the other keys' computations.
         """
         loop = asyncio.get_running_loop()
         if loop is not self._loop:

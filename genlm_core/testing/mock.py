@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from genlm_core.errors import GenlmError
-from genlm_core.lm import BatchedAsyncLM, GenlmBackendCompat, LoraAdapter, Request
+from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request, _compat
 
 __all__ = ["MockAsyncLM"]
 
@@ -36,7 +36,7 @@ ASSET_ALIASES = {
 }
 
 
-class MockAsyncLM(GenlmBackendCompat, BatchedAsyncLM):
+class MockAsyncLM(BatchedAsyncLM):
     """A deterministic stand-in for a real model, batched like one.
 
     Args:
@@ -53,6 +53,10 @@ class MockAsyncLM(GenlmBackendCompat, BatchedAsyncLM):
 
     #: Most batch sizes :attr:`batches` keeps (the oldest are dropped).
     recorded_batches: int = 1024
+    # genlm-backend 0.3.1's methods, kept for its clients (see genlm_core.lm._compat).
+    reset_async_queries = _compat.reset_async_queries
+    set_lora = _compat.set_lora
+    clear_lora = _compat.clear_lora
 
     def __init__(self, tokenizer: Any, *, temperature: float = 0.5, **kwargs: Any) -> None:
         super().__init__(tokenizer, **kwargs)

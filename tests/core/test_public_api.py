@@ -99,7 +99,7 @@ def test_plugins_all():
 PACKAGE_SURFACES = {
     "genlm_core.lm": [
         "AsyncLM", "AsyncLMBase", "BatchedAsyncLM", "DEFAULT_CACHE_BYTES",
-        "GenlmBackendCompat", "LoraAdapter", "PrefixRequest", "Request", "sampling_args",
+        "LoraAdapter", "PrefixRequest", "Request", "sampling_args",
     ],
     "genlm_core.runtime": [
         "AutoBatcher", "BatcherStats", "ComputeGate", "HeapTrimmer", "LoopBatchers",

@@ -243,13 +243,17 @@ def test_device_rows_are_checked_and_copied_with_one_sync_per_batch(hf_models):
     from genlm_core.lm import Request
 
     warm = torch.log_softmax(torch.randn(2, len(lm.byte_vocab), device=GPU), dim=-1)
-    lm._checked_rows([Request((1,), None)] * 2, list(warm), "compute_batch")  # lazy inits
+    lm._computation.checked_rows(
+        [Request((1,), None)] * 2, list(warm), "compute_batch"
+    )  # lazy inits
     syncs = {}
     for n in (1, 8, 64):
         batch = torch.log_softmax(torch.randn(n, len(lm.byte_vocab), device=GPU), dim=-1)
         reqs = [Request((i + 1,), None) for i in range(n)]
         rows = list(batch.unbind(0))
-        syncs[n] = count_syncs(lambda r=reqs, o=rows: lm._checked_rows(r, o, "compute_batch"))
+        syncs[n] = count_syncs(
+            lambda r=reqs, o=rows: lm._computation.checked_rows(r, o, "compute_batch")
+        )
     # On an H100: {1: 2, 8: 1, 64: 1} (a single row is read back through another path).
     assert syncs[8] == syncs[64] == 1 and syncs[1] <= 2, syncs
     lm.cleanup()

@@ -39,7 +39,7 @@ from genlm_core.backend_kit import (
     is_int_at_least,
     max_positions_of,
 )
-from genlm_core.lm import GenlmBackendCompat, LoraAdapter
+from genlm_core.lm import LoraAdapter, PrefixRequest
 from genlm_core.loading import check_dtype, resolve_model_name
 from genlm_hf import _peft
 from genlm_hf._device import GPU_BATCH_SIZE, default_budgets
@@ -89,7 +89,7 @@ def split_kv_budget(
     return keep, reserve
 
 
-class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
+class AsyncTransformer(PrefixCachedLM):
     """Asynchronous, autobatched, prefix-cached wrapper of a transformers causal LM.
 
     Args:
@@ -206,6 +206,7 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
         if kv_cache_bytes > 0:
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
         self.bytes_per_token = self._layout.bytes_per_token if self._layout else 0
+        self._prefixes = PrefixForwards(self)
 
     # -- loading ----------------------------------------------------------------------
 
@@ -278,6 +279,16 @@ class AsyncTransformer(GenlmBackendCompat, PrefixForwards, PrefixCachedLM):
         """Give the model's worker thread :attr:`worker_threads` torch threads."""
         if self.worker_threads is not None:
             set_thread_torch_threads(self.worker_threads)
+
+    def compute_prefix_batch(self, requests: list[PrefixRequest]) -> list[list[torch.Tensor]]:
+        """Log-probs after every prefix of each sequence: one forward over its new tokens.
+
+        The forward keeps the logits of every position (in chunks, see
+        :mod:`genlm_hf.prefixes`) and stores the sequence's keys and values in the
+        prefix cache, so later calls along it, or branching off it, run only their
+        own new tokens; the core puts every row in the output cache.
+        """
+        return self._per_adapter(requests, self._prefixes.compute)
 
     def _row(self, adapter: str | None, ids: tuple[int, ...], *, first: int | None = None) -> Row:
         """A row of a forward: ``ids`` run from the longest cached prefix of ``ids[:first]``.

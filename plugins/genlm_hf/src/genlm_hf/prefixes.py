@@ -7,14 +7,14 @@ one forward per prefix. The keys and values of the whole sequence go into the pr
 cache and every row into the output cache (the core stores them), so later calls
 along the sequence are hits and calls branching off it run only their own tokens.
 
-:class:`PrefixForwards` is a mixin of :class:`~genlm_hf.lm.AsyncTransformer`: it
-implements the core's optional ``compute_prefix_batch`` hook with the model's prefix
-cache and forward helpers.
+:class:`PrefixForwards` is an object :class:`~genlm_hf.lm.AsyncTransformer` holds: its
+``compute_prefix_batch`` (the core's optional hook) calls :meth:`PrefixForwards.compute`
+per adapter, which uses the model's prefix cache and forward helpers.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,44 +22,33 @@ from genlm_core.backend_kit import plan_groups
 from genlm_core.lm import PrefixRequest, Request
 from genlm_hf._forward import Row
 
+if TYPE_CHECKING:
+    from genlm_hf.lm import AsyncTransformer
+
 __all__ = ["PREFIX_LOGITS_BYTES", "PrefixForwards"]
 
-#: Most bytes of logits one forward of :meth:`PrefixForwards.compute_prefix_batch` keeps
+#: Most bytes of logits one forward of :meth:`PrefixForwards.compute` keeps
 #: (all its positions'); longer sequences are computed in chunks.
 PREFIX_LOGITS_BYTES = 64 << 20
 
 
 class PrefixForwards:
-    """``compute_prefix_batch`` for :class:`~genlm_hf.lm.AsyncTransformer`."""
+    """The forwards of :meth:`~genlm_hf.lm.AsyncTransformer.compute_prefix_batch`."""
 
-    cache: Any
-    byte_vocab: list[Any]
-    row_pool: Any
-    max_batch_kv_bytes: int
-    _log_softmax: Any
+    def __init__(self, lm: AsyncTransformer) -> None:
+        self._lm = lm
 
-    def compute_prefix_batch(self, requests: list[PrefixRequest]) -> list[list[torch.Tensor]]:
-        """Log-probs after every prefix of each sequence: one forward over its new tokens.
-
-        The forward keeps the logits of every position (in chunks of
-        :data:`PREFIX_LOGITS_BYTES`) and stores the sequence's keys and values in the
-        prefix cache, so later calls along it, or branching off it, run only their
-        own new tokens; the core puts every row in the output cache.
-        """
-        return self._per_adapter(requests, self._compute_prefixes)
-
-    def _compute_prefixes(
-        self, adapter: str | None, reqs: list[PrefixRequest]
-    ) -> list[list[torch.Tensor]]:
+    def compute(self, adapter: str | None, reqs: list[PrefixRequest]) -> list[list[torch.Tensor]]:
         """Rows of the wanted prefixes of each sequence (positions ``start`` on).
 
         The leading ones come from the output cache, the rest from forwards over the
         sequences' new tokens, each from the longest cached prefix of its keys/values.
         """
+        lm = self._lm
         rows: list[list[Any]] = [[None] * len(r.token_ids) for r in reqs]  # by position
         done = [self._cached_leading_rows(r, rows[k]) for k, r in enumerate(reqs)]
-        vocab_bytes = len(self.byte_vocab) * 4
-        per_token = self._layout.bytes_per_token if self._layout else 0
+        vocab_bytes = len(lm.byte_vocab) * 4
+        per_token = lm._layout.bytes_per_token if lm._layout else 0
         while pending := [k for k, r in enumerate(reqs) if done[k] < len(r.token_ids)]:
             # Every position's logits are kept: chunk the sequences to bound them.
             chunk = max(1, PREFIX_LOGITS_BYTES // (vocab_bytes * len(pending)))
@@ -67,13 +56,13 @@ class PrefixForwards:
             group = []
             for k in pending:
                 ids = reqs[k].token_ids
-                row = self._row(adapter, ids[: done[k] + chunk], first=done[k])
+                row = lm._row(adapter, ids[: done[k] + chunk], first=done[k])
                 owner[id(row)] = k
                 group.append(row)
-            for index, planned in enumerate(plan_groups(group, per_token, self.max_batch_kv_bytes)):
+            for index, planned in enumerate(plan_groups(group, per_token, lm.max_batch_kv_bytes)):
                 ks = [owner[id(row)] for row in planned]
                 if index:  # a forward's inserts may have evicted the slots found before
-                    planned = [self._row(adapter, r.token_ids, first=r.past_len) for r in planned]
+                    planned = [lm._row(adapter, r.token_ids, first=r.past_len) for r in planned]
                 outs = self._forward_all_positions(adapter, planned)
                 for k, row, out in zip(ks, planned, outs, strict=True):
                     rows[k][row.past_len : len(row.token_ids)] = out
@@ -88,8 +77,9 @@ class PrefixForwards:
         """
         n = req.start
         ids, lora_name = req.token_ids, req.lora_name
-        while self.cache is not None and n < len(ids):
-            hit = self.cache.get(Request(ids[: n + 1], lora_name, req.generation))
+        cache = self._lm.cache
+        while cache is not None and n < len(ids):
+            hit = cache.get(Request(ids[: n + 1], lora_name, req.generation))
             if hit is None:
                 break
             rows[n] = hit
@@ -98,7 +88,8 @@ class PrefixForwards:
 
     def _forward_all_positions(self, adapter: str | None, group: list[Row]) -> list[list[Any]]:
         """One forward over ``group`` keeping every new position; K/V stored. Rows per row."""
-        logits, buffer, width_past = self._forward(group, all_positions=True)
-        outs = [self._log_softmax(logits[i, : row.n_new]) for i, row in enumerate(group)]
-        self._store_kv(adapter, group, buffer, width_past)
+        lm = self._lm
+        logits, buffer, width_past = lm._forward(group, all_positions=True)
+        outs = [lm._log_softmax(logits[i, : row.n_new]) for i, row in enumerate(group)]
+        lm._store_kv(adapter, group, buffer, width_past)
         return outs

@@ -34,7 +34,7 @@ from genlm_core.backend_kit import (  # noqa: E402
     PrefixCachedLM,
     max_positions_of,
 )
-from genlm_core.lm import GenlmBackendCompat, LoraAdapter  # noqa: E402
+from genlm_core.lm import LoraAdapter  # noqa: E402
 from genlm_core.loading import check_dtype, resolve_model_name  # noqa: E402
 from genlm_mlx import _lora  # noqa: E402
 from genlm_mlx._forward import Row, run_group, run_plain  # noqa: E402
@@ -51,7 +51,7 @@ __all__ = [
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
 
-class AsyncMlxLM(GenlmBackendCompat, PrefixCachedLM):
+class AsyncMlxLM(PrefixCachedLM):
     """Asynchronous, autobatched, prefix-cached wrapper of an mlx-lm model.
 
     Args:

@@ -22,7 +22,6 @@ import torch
 
 from genlm_core.backend_kit import EngineLM
 from genlm_core.lm import (
-    GenlmBackendCompat,
     LoraAdapter,
     Request,
 )
@@ -94,7 +93,7 @@ def start_engine(model_name: str, engine_opts: dict[str, Any] | None = None) -> 
         ) from exc
 
 
-class AsyncSGLTransformer(GenlmBackendCompat, EngineLM):
+class AsyncSGLTransformer(EngineLM):
     """Asynchronous, batched next-token log-probs from an in-process SGLang scheduler.
 
     Args:

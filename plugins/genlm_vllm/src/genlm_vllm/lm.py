@@ -26,7 +26,6 @@ import torch
 from genlm_core.backend_kit import EngineLM
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
 from genlm_core.lm import (
-    GenlmBackendCompat,
     LoraAdapter,
     Request,
     sampling_args,
@@ -57,7 +56,7 @@ VLLM_TEMPERATURES = (0.01, 2.0)
 _LORA_IDS = itertools.count(1)
 
 
-class AsyncVirtualLM(GenlmBackendCompat, EngineLM):
+class AsyncVirtualLM(EngineLM):
     """Asynchronous, batched next-token log-probs and sampling from a vLLM engine.
 
     Args:

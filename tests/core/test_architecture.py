@@ -1,0 +1,104 @@
+"""The core's shape, checked: backends are one class on one or two bases, not a tower.
+
+Issue 29's bars: every backend class has at most four classes of ours in its method
+resolution order (what it holds, adapters, row handling, sampling, is composed, not
+inherited); the contract (``genlm_core/lm``) imports nothing from ``genlm_core/loading``;
+no source file of the core or of a plugin is over 500 lines.
+
+The engines of vllm, mlx and sgl are not installed here, so each class's own bases are
+read from its source and resolved through its ``from genlm_core... import`` lines; a
+class that imports (genlm-hf where transformers is) is checked on its real MRO too.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+from session_requires import require
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_OURS = 4
+MAX_LINES = 500
+
+#: Every backend class: its source file, its name, and the module it imports as.
+BACKENDS = [
+    ("plugins/genlm_hf/src/genlm_hf/lm.py", "AsyncTransformer", "genlm_hf.lm"),
+    ("plugins/genlm_vllm/src/genlm_vllm/lm.py", "AsyncVirtualLM", "genlm_vllm.lm"),
+    ("plugins/genlm_mlx/src/genlm_mlx/lm.py", "AsyncMlxLM", "genlm_mlx.lm"),
+    ("plugins/genlm_sgl/src/genlm_sgl/lm.py", "AsyncSGLTransformer", "genlm_sgl.lm"),
+    ("plugins/genlm_sgl/src/genlm_sgl/server.py", "AsyncSGLServerLM", "genlm_sgl.server"),
+    ("genlm_core/testing/mock.py", "MockAsyncLM", "genlm_core.testing.mock"),
+    ("tests/plugins/genlm_dummy/src/genlm_dummy/lm.py", "BigramLM", "genlm_dummy.lm"),
+]
+
+
+def ours(cls: type) -> list[str]:
+    """The classes of this project in ``cls``'s MRO (ABC, object, Generic... do not count)."""
+    return [k.__qualname__ for k in cls.__mro__ if k.__module__.split(".")[0].startswith("genlm_")]
+
+
+def _core_bases(path: Path, name: str) -> list[type]:
+    """The bases of class ``name`` in ``path``, resolved through the file's genlm_core imports."""
+    tree = ast.parse(path.read_text())
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("genlm_core")
+        for alias in node.names
+    }
+    (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
+    bases = []
+    for base in node.bases:
+        assert isinstance(base, ast.Name) and base.id in imported, (
+            f"{path.name}: {name}'s base {ast.unparse(base)} is not a genlm_core class; "
+            f"hold it as an object instead of inheriting it"
+        )
+        bases.append(getattr(importlib.import_module(imported[base.id]), base.id))
+    return bases
+
+
+def _chain(path: str, name: str) -> list[str]:
+    """Class ``name`` and the classes of ours it inherits, read from its source."""
+    bases = _core_bases(ROOT / path, name)
+    return [name, *dict.fromkeys(k for base in bases for k in ours(base))]
+
+
+@pytest.mark.parametrize(("path", "name", "module"), BACKENDS, ids=[b[1] for b in BACKENDS])
+def test_a_backend_has_at_most_four_classes_of_ours(path: str, name: str, module: str) -> None:
+    chain = _chain(path, name)
+    assert len(chain) <= MAX_OURS, f"{name}'s MRO holds {len(chain)} classes of ours: {chain}"
+
+
+@pytest.mark.parametrize(("path", "name", "module"), BACKENDS, ids=[b[1] for b in BACKENDS])
+def test_the_source_reading_matches_the_real_mro(path: str, name: str, module: str) -> None:
+    cls = getattr(require(module, "its engine (or the plugin) is not installed here"), name)
+    assert ours(cls) == _chain(path, name)
+
+
+def test_the_contract_imports_nothing_from_loading() -> None:
+    for path in sorted((ROOT / "genlm_core" / "lm").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for module in names:
+                assert not module.startswith("genlm_core.loading"), (
+                    f"genlm_core/lm/{path.name} imports {module}; the contract must not "
+                    f"depend on loading (move what it needs into genlm_core/lm)"
+                )
+
+
+def test_no_source_file_is_over_500_lines() -> None:
+    sources = [*ROOT.glob("genlm_core/**/*.py"), *ROOT.glob("plugins/*/src/**/*.py")]
+    assert sources
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in sources
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"split these modules (at most {MAX_LINES} lines each): {long}"
