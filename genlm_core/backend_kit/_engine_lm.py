@@ -18,8 +18,9 @@ import gc
 from abc import abstractmethod
 from typing import Any
 
+from genlm_core.compat import model_methods as _compat
 from genlm_core.errors import InvalidArgumentError
-from genlm_core.lm import BatchedAsyncLM, LoraAdapter, _compat
+from genlm_core.lm import BatchedAsyncLM, LoraAdapter
 from genlm_core.loading import merge_engine_options, resolve_model_name
 
 __all__ = ["EngineLM"]
@@ -45,7 +46,7 @@ class EngineLM(BatchedAsyncLM):
     engine_name = "the"
     #: How to start the engine with LoRA support (said when it was started without).
     lora_hint = "start the engine with LoRA support"
-    # genlm-backend 0.3.1's methods, kept for its clients (see genlm_core.lm._compat).
+    # genlm-backend 0.3.1's methods, kept for its clients (see genlm_core.compat.model_methods).
     reset_async_queries = _compat.reset_async_queries
     set_lora = _compat.set_lora
     clear_lora = _compat.clear_lora

@@ -31,8 +31,9 @@ import torch
 
 from genlm_core._validation import is_int_at_least
 from genlm_core.backend_kit._planning import plan_groups, shared_prefixes
+from genlm_core.compat import model_methods as _compat
 from genlm_core.errors import ModelClosedError
-from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request, _compat
+from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 
 __all__ = [
     "DEFAULT_KV_CACHE_BYTES",
@@ -71,7 +72,7 @@ class PrefixCachedLM(BatchedAsyncLM):
 
     #: Context every computation runs in (genlm-hf: ``torch.no_grad``).
     forward_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
-    # genlm-backend 0.3.1's methods, kept for its clients (see genlm_core.lm._compat).
+    # genlm-backend 0.3.1's methods, kept for its clients (see genlm_core.compat.model_methods).
     reset_async_queries = _compat.reset_async_queries
     set_lora = _compat.set_lora
     clear_lora = _compat.clear_lora

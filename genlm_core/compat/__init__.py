@@ -14,6 +14,8 @@ few lines that re-exports it, so imports and type checkers keep working:
 * ``genlm_core.bytes.util`` and ``genlm_core.bytes.trie`` (``genlm.bytes.util``,
   ``genlm.bytes.trie``). Code: :mod:`genlm_core.compat.genlm_bytes`.
 
-genlm-backend's model method names (``reset_async_queries``, ``set_lora``,
-``clear_lora``) are methods of the model base that call ``genlm_core/lm/_compat.py``.
+* genlm-backend's model method names (``reset_async_queries``, ``set_lora``,
+  ``clear_lora``): plain functions in :mod:`genlm_core.compat.model_methods` that the
+  official kinds' bases (``PrefixCachedLM``, ``EngineLM``) and ``MockAsyncLM`` hold as
+  methods.
 """

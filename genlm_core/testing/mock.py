@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from genlm_core.compat import model_methods as _compat
 from genlm_core.errors import GenlmError
-from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request, _compat
+from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 
 __all__ = ["MockAsyncLM"]
 
@@ -53,7 +54,7 @@ class MockAsyncLM(BatchedAsyncLM):
 
     #: Most batch sizes :attr:`batches` keeps (the oldest are dropped).
     recorded_batches: int = 1024
-    # genlm-backend 0.3.1's methods, kept for its clients (see genlm_core.lm._compat).
+    # genlm-backend 0.3.1's methods, kept for its clients (see genlm_core.compat.model_methods).
     reset_async_queries = _compat.reset_async_queries
     set_lora = _compat.set_lora
     clear_lora = _compat.clear_lora
