@@ -52,6 +52,7 @@ CUDA_TESTS=(
     tests/core/genlm_backend/test_trie.py
     tests/core/genlm_backend/test_token.py
     tests/core/bytes/test_ported_trie.py
+    tests/core/bytes/test_ported_trie_eos.py
     tests/core/test_trie_errors.py
 )
 parts=("$@")
