@@ -109,6 +109,22 @@ async def test_sampling_and_per_call_runs_release_live_contexts(live, hf_referen
     await assert_rows_match(lm, hf, [[*c, 5] for c in contexts])
 
 
+async def test_per_call_path_matches_hf_and_releases_live_contexts(live, engines, hf_reference):
+    """``live_contexts=False``: genlm-vllm's path before live contexts, kept selectable."""
+    hf = hf_reference("tiny")
+    contexts = [[1, *range(10, 25)], [1, *range(10, 25), 7], [1, 40, 41]]
+    await assert_rows_match(live, hf, contexts[:1])
+    assert len(live._live.table) == 1
+    per_call = engines("tiny").lm(cache_size=0, live_contexts=False)
+    try:
+        assert per_call._live is None
+        await assert_rows_match(per_call, hf, contexts)
+        assert len(live._live.table) == 0  # the engine's slots were freed for the run
+    finally:
+        per_call.cleanup()
+    await assert_rows_match(live, hf, contexts)  # the live path still serves the engine
+
+
 # -- an engine whose KV cache holds fewer contexts than are live, with vLLM's counters ----
 
 
