@@ -33,7 +33,7 @@ def llm_name(name: str, module: str = "genlm_core.llm") -> Any:
     """The value of ``genlm.backend.llm``'s ``name`` (a placeholder's ``__module__`` is ``module``).
 
     Raises:
-        AttributeError: ``name`` is not one of :data:`LLM_NAMES`.
+        AttributeError: ``name`` is not one of ``genlm_core.llm.__all__``.
     """
     if name in _CORE:
         return getattr(importlib.import_module(_CORE[name]), name)

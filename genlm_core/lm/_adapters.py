@@ -121,13 +121,13 @@ class LoraAdapters:
             f"lm.add_new_lora(path, {lora_name!r}), or pass lora_name=None for the base model"
         )
 
-    def add(self, lora_path: str | os.PathLike[str], lora_name: str, owner: str) -> None:
-        """``owner.add_new_lora``: load a new version under ``lora_name``, then unload the old."""
+    def add(self, lora_path: str | os.PathLike[str], lora_name: str) -> None:
+        """``add_new_lora``: load a new version under ``lora_name``, then unload the old."""
         if not isinstance(lora_name, str) or not lora_name:
             raise InvalidArgumentError(f"lora_name must be a non-empty string, got {lora_name!r}")
         if not self._supported:
             raise LoraNotSupportedError(
-                f"{owner} does not support LoRA adapters; load a merged model "
+                f"{type(self._hooks).__name__} does not support LoRA adapters; load a merged model "
                 f"instead, or use a backend that serves adapters (hf, vllm, sgl, mlx)"
             )
         adapter = LoraAdapter(lora_name, os.fspath(lora_path), new_generation())
@@ -148,7 +148,7 @@ class LoraAdapters:
             self._hooks.unload_adapter(*entry)
             self._forget_outputs(lora_name)
 
-    def unload_all(self, owner: str) -> None:
+    def unload_all(self) -> None:
         """Unload every adapter (cleanup); one that fails is logged, the rest still go."""
         with self._gate.exclusive():
             for adapter, handle in list(self._loaded.values()):
@@ -158,7 +158,7 @@ class LoraAdapters:
                 except Exception as exc:  # noqa: BLE001 - reported; the rest must still go
                     log.warning(
                         "%s.cleanup: LoRA adapter %r could not be unloaded (%s: %s)",
-                        owner,
+                        type(self._hooks).__name__,
                         adapter.name,
                         type(exc).__name__,
                         exc,

@@ -267,7 +267,7 @@ class AsyncLMBase(ABC):
             Exception: Whatever the backend's :meth:`load_adapter` raises for a bad path.
         """
         self._check_open()
-        self._adapters.add(lora_path, lora_name, type(self).__name__)
+        self._adapters.add(lora_path, lora_name)
 
     def remove_lora(self, lora_name: str) -> None:
         """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs.
@@ -458,7 +458,7 @@ class AsyncLMBase(ABC):
         be shared with other wrappers) and drops cached outputs. An adapter that fails
         to unload (its server already gone, say) is logged, not raised: cleanup goes on.
         """
-        self._adapters.unload_all(type(self).__name__)
+        self._adapters.unload_all()
         self.clear_cache()
 
     def __enter__(self) -> AsyncLMBase:

@@ -208,23 +208,14 @@ class BatchedAsyncLM(AsyncLMBase):
     ) -> torch.Tensor:
         """Log-probabilities for several prompts, submitted to the batcher together."""
         reqs = self.make_requests(token_ids_list, lora_name)
-        rows = self._cached(reqs)
-        misses = [i for i, row in enumerate(rows) if row is None]
-        if misses:
-            computed = await self._batcher().submit_many([reqs[i] for i in misses])
-            for i, row in zip(misses, computed, strict=True):
-                rows[i] = row
-        return torch.stack(rows) if rows else self._no_rows()  # type: ignore[arg-type]
+        return await self._filled(reqs, self._cached(reqs)) if reqs else self._no_rows()
 
     def batch_next_token_logprobs_sync(
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
         """Synchronous batch, deduplicated and cached like the async path."""
         reqs = self.make_requests(token_ids_list, lora_name)
-        rows = self._cached(reqs)
-        computed = self._compute_here([r for r, row in zip(reqs, rows, strict=True) if row is None])
-        rows = [computed[r] if row is None else row for r, row in zip(reqs, rows, strict=True)]
-        return torch.stack(rows) if rows else self._no_rows()
+        return self._filled_sync(reqs, self._cached(reqs)) if reqs else self._no_rows()
 
     async def prefix_next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
@@ -248,10 +239,7 @@ class BatchedAsyncLM(AsyncLMBase):
             first = missing[0]  # cached leading rows are not asked for again
             computed = await self._batcher().submit(_from(req, first))
             return _after(rows[:first], computed)
-        computed = await self._batcher().submit_many([prefixes[i] for i in missing])
-        for i, row in zip(missing, computed, strict=True):
-            rows[i] = row
-        return torch.stack(rows)  # type: ignore[arg-type]
+        return await self._filled(prefixes, rows)
 
     def prefix_next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
@@ -264,22 +252,31 @@ class BatchedAsyncLM(AsyncLMBase):
             first = missing[0]
             (computed,) = raise_failures(self._computation.run([_from(req, first)]))
             return _after(rows[:first], computed)
-        computed = self._compute_here([prefixes[i] for i in missing])
-        pairs = zip(prefixes, rows, strict=True)
-        return torch.stack([computed[p] if row is None else row for p, row in pairs])
+        return self._filled_sync(prefixes, rows)
 
     def _cached(self, reqs: Sequence[Request]) -> list[torch.Tensor | None]:
         """Each request's row in the output cache, or None."""
         cache = self.cache
         return [cache.get(r) for r in reqs] if cache is not None else [None] * len(reqs)
 
-    def _compute_here(self, reqs: list[Request]) -> dict[Request, torch.Tensor]:
-        """Rows of the distinct ``reqs``, computed in this thread ``batch_size`` at a time."""
-        todo, rows = list(dict.fromkeys(reqs)), {}
+    async def _filled(self, reqs: list[Request], rows: list[torch.Tensor | None]) -> torch.Tensor:
+        """``rows`` (cached or None, one per request) stacked, the Nones from the batcher."""
+        misses = [i for i, row in enumerate(rows) if row is None]
+        if misses:
+            computed = await self._batcher().submit_many([reqs[i] for i in misses])
+            for i, row in zip(misses, computed, strict=True):
+                rows[i] = row
+        return torch.stack(rows)  # type: ignore[arg-type]
+
+    def _filled_sync(self, reqs: list[Request], rows: list[torch.Tensor | None]) -> torch.Tensor:
+        """:meth:`_filled` in this thread: the distinct misses ``batch_size`` at a time."""
+        todo = list(dict.fromkeys(r for r, row in zip(reqs, rows, strict=True) if row is None))
+        computed: dict[Request, torch.Tensor] = {}
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start : start + self.batch_size]
-            rows.update(zip(chunk, raise_failures(self._computation.run(chunk)), strict=True))
-        return rows
+            computed.update(zip(chunk, raise_failures(self._computation.run(chunk)), strict=True))
+        pairs = zip(reqs, rows, strict=True)
+        return torch.stack([computed[r] if row is None else row for r, row in pairs])
 
     def _prefix_lookup(
         self, token_ids: Sequence[int], lora_name: str | None, start: int

@@ -17,42 +17,52 @@ from typing import Any
 
 from genlm_core.errors import InvalidOptionError
 
-__all__ = ["KEYWORDS", "accepted_options", "check_options", "unknown_option_error"]
+__all__ = [
+    "accepted_options",
+    "check_options",
+    "defaulted",
+    "forwards",
+    "option_levels",
+    "unknown_option_error",
+]
 
 KEYWORDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
-def _own_options(func: Callable[..., Any], skip: int) -> tuple[list[str], bool]:
-    """Keyword options of ``func`` after its first ``skip`` parameters; whether it has **kwargs."""
-    try:
-        params = list(inspect.signature(func).parameters.values())[skip:]
-    except (TypeError, ValueError):  # a builtin or C callable: nothing to learn
-        return [], True
-    names = [
-        p.name for p in params if p.kind in KEYWORDS and p.default is not inspect.Parameter.empty
-    ]
-    return names, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+def _owner(target: Callable[..., Any] | type) -> type | None:
+    """The class whose ``__init__`` chain ``target``'s ``**kwargs`` reach, if any."""
+    owner = target if isinstance(target, type) else getattr(target, "__self__", None)
+    return owner if isinstance(owner, type) else None
 
 
-def _class_options(cls: type) -> tuple[list[str], bool]:
-    """Options of ``cls(...)``: each ``__init__`` up the MRO while it forwards **kwargs.
+def option_levels(target: Callable[..., Any] | type) -> list[tuple[Any, type | None, Any]]:
+    """``(function, its class or None, its parameters)`` for each level options pass through.
 
-    A ``**kwargs`` that reaches ``object`` was consumed on the way (stored, passed
-    elsewhere): the options are then open-ended.
+    ``target`` unless it is a class, then each ``__init__`` up the MRO (``object``
+    excluded); the parameters are those after the first (the model name or self), None
+    for an unreadable signature. Callers stop at the first level not :func:`forwards`.
     """
-    names: list[str] = []
-    forwards = False
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        if klass is object:
-            return names, forwards
-        own, forwards = _own_options(init, skip=1)  # self
-        names += own
-        if not forwards:
-            return names, False
-    return names, forwards
+    owner = _owner(target)
+    levels = [] if target is owner else [(target, None)]
+    classes = owner.__mro__[:-1] if owner is not None else ()  # object's __init__ takes none
+    levels += [(k.__dict__["__init__"], k) for k in classes if "__init__" in k.__dict__]
+    out = []
+    for func, klass in levels:
+        try:
+            out.append((func, klass, list(inspect.signature(func).parameters.values())[1:]))
+        except (TypeError, ValueError):  # a builtin or C callable: nothing to learn
+            out.append((func, klass, None))
+    return out
+
+
+def forwards(params: list[inspect.Parameter] | None) -> bool:
+    """Whether a level passes options on: it has ``**kwargs`` (or cannot be read)."""
+    return params is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def defaulted(params: list[inspect.Parameter] | None) -> list[inspect.Parameter]:
+    """The keyword parameters with a default among ``params``: a level's options."""
+    return [p for p in params or () if p.kind in KEYWORDS and p.default is not p.empty]
 
 
 def accepted_options(target: Callable[..., Any] | type) -> list[str] | None:
@@ -64,17 +74,19 @@ def accepted_options(target: Callable[..., Any] | type) -> list[str] | None:
 
     Returns:
         The sorted option names; None when a ``**kwargs`` leads somewhere unknown (a
-        plain function's), so that nothing can be checked.
+        plain function's, or one that reaches ``object``: consumed on the way), so
+        that nothing can be checked.
     """
-    if isinstance(target, type):
-        names, open_ended = _class_options(target)
-    else:
-        names, open_ended = _own_options(target, skip=1)  # the model name
-        owner = getattr(target, "__self__", None)
-        if open_ended and isinstance(owner, type):
-            more, open_ended = _class_options(owner)
-            names += more
-    return None if open_ended else sorted(set(names))
+    levels = option_levels(target)
+    names: set[str] = set()
+    for _, _, params in levels:
+        names.update(p.name for p in defaulted(params))
+        if not forwards(params):
+            return sorted(names)
+    # Every level passes options on: past a class's last __init__, or out of a plain
+    # function, to where they cannot be followed.
+    open_ended = (levels and levels[-1][1] is not None) or _owner(target) is None
+    return None if open_ended else sorted(names)
 
 
 def unknown_option_error(who: str, option: str, valid: Iterable[str]) -> InvalidOptionError:

@@ -14,9 +14,11 @@ from typing import Any
 
 from genlm_core.errors import InvalidArgumentError
 from genlm_core.lm._options import (
-    KEYWORDS,
     accepted_options,
     check_options,
+    defaulted,
+    forwards,
+    option_levels,
     unknown_option_error,
 )
 
@@ -128,26 +130,15 @@ def describe_options(target: Callable[..., Any] | type) -> list[Option]:
     ``__init__`` up the class hierarchy while ``**kwargs`` are passed on); an option
     taken at two levels is described where it is first met.
     """
-    chain: list[tuple[Any, str, dict[str, str]]] = []  # (function, where, its Args docs)
-    owner = target if isinstance(target, type) else getattr(target, "__self__", None)
-    if not isinstance(target, type):
-        chain.append((target, getattr(target, "__qualname__", repr(target)), _arg_docs(target)))
-    if isinstance(owner, type):
-        for klass in owner.__mro__:
-            init = klass.__dict__.get("__init__")
-            if init is not None and klass is not object:
-                docs = {**_arg_docs(klass), **_arg_docs(init)}  # a class documents __init__
-                chain.append((init, klass.__name__, docs))
     options: dict[str, Option] = {}
-    for func, where, docs in chain:
-        try:
-            params = list(inspect.signature(func).parameters.values())[1:]  # name or self
-        except (TypeError, ValueError):
-            continue
-        for p in params:
-            if p.kind in KEYWORDS and p.default is not inspect.Parameter.empty:
-                help_text = _first_sentence(docs.get(p.name, ""))
-                options.setdefault(p.name, Option(p.name, repr(p.default), help_text, where))
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+    for func, klass, params in option_levels(target):
+        if klass is None:
+            where, docs = getattr(func, "__qualname__", repr(func)), _arg_docs(func)
+        else:  # a class documents its __init__
+            where, docs = klass.__name__, {**_arg_docs(klass), **_arg_docs(func)}
+        for p in defaulted(params):
+            help_text = _first_sentence(docs.get(p.name, ""))
+            options.setdefault(p.name, Option(p.name, repr(p.default), help_text, where))
+        if not forwards(params):
             break
     return sorted(options.values(), key=lambda o: o.name)

@@ -62,8 +62,8 @@ class OfficialBackend:
 
     name: str
     distribution: str
-    model_class: str = ""
-    libraries: tuple[str, ...] = ()
+    model_class: str
+    libraries: tuple[str, ...]
 
     @property
     def package(self) -> str:
