@@ -95,8 +95,11 @@ async def test_tries_go_with_their_model():
     trie = weakref.ref(await exact_trie(model, set()))
     assert shared_tries.is_shared(trie())
     model = weakref.ref(model)
-    await asyncio.sleep(0)  # the loop's handle that resumed us holds the build's future
-    gc.collect()
+    for _ in range(500):  # the worker that handed the trie over may still be returning
+        await asyncio.sleep(0.01)
+        gc.collect()
+        if trie() is None:
+            break
     assert model() is None and trie() is None
 
 
