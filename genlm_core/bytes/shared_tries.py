@@ -155,11 +155,14 @@ async def shared_exact_trie_async(llm: Any, eos_byte_strings: set[bytes]) -> Asy
     """The exact state's float64 byte trie of ``llm``'s vocabulary for these EOS strings.
 
     It shares the arrays of the beam's trie without options (one scan of the
-    vocabulary); where a trie plugin made that one, it scans a ``TokenByteTrie``.
+    vocabulary); where a trie plugin made that one, it scans a ``TokenByteTrie``. The
+    beam's trie is awaited here, not in the build: a build blocking its worker on
+    another build queued behind it would wait forever once every worker did so.
     """
+    beam = await shared_trie_async(llm, eos_byte_strings)
 
     def build() -> AsyncTokenByteTrie:
-        base = shared(llm, *_beam_trie(llm, eos_byte_strings, None)).trie
+        base = beam.trie
         if type(base) is not TokenByteTrie:
             base = TokenByteTrie(llm.byte_vocab, eos_byte_strings=set(eos_byte_strings))
         return AsyncTokenByteTrie(base.with_dtype(np.float64))

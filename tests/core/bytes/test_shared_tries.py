@@ -8,7 +8,9 @@ go with their model.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
+import threading
 import weakref
 
 import numpy as np
@@ -93,8 +95,11 @@ async def test_tries_go_with_their_model():
     trie = weakref.ref(await exact_trie(model, set()))
     assert shared_tries.is_shared(trie())
     model = weakref.ref(model)
-    await asyncio.sleep(0)  # the loop's handle that resumed us holds the build's future
-    gc.collect()
+    for _ in range(500):  # the worker that handed the trie over may still be returning
+        await asyncio.sleep(0.01)
+        gc.collect()
+        if trie() is None:
+            break
     assert model() is None and trie() is None
 
 
@@ -105,6 +110,31 @@ async def test_concurrent_builds_build_once(scans):
     )
     assert len({id(t) for t in tries[:4]}) == 1 and len({id(t) for t in tries[4:]}) == 1
     assert len(scans) == 1
+
+
+async def test_the_exact_build_never_waits_in_a_worker_for_a_queued_build(monkeypatch):
+    """One build worker: the exact trie's build is queued before the beam trie's it reads.
+
+    Were the exact build to wait for the beam's inside the worker, the beam's build,
+    queued behind it, could never run (with every worker so blocked, a deadlock).
+    """
+    workers = concurrent.futures.ThreadPoolExecutor(1)
+    monkeypatch.setattr(shared_tries, "_BUILDS", workers)
+    gate = threading.Event()
+    workers.submit(gate.wait)  # the worker is busy until both builds are queued
+    model = Model()
+    exact = asyncio.ensure_future(exact_trie(model, set()))
+    await asyncio.sleep(0)
+    beam = asyncio.ensure_future(beam_trie(model, set()))
+    await asyncio.sleep(0)
+    gate.set()
+    try:
+        wide, narrow = await asyncio.wait_for(asyncio.gather(exact, beam), 60)
+    finally:  # on a hang, free the worker, so that the test run can exit
+        for future in list(shared_tries._PENDING.values()):
+            future.cancel()
+        workers.shutdown(wait=False)
+    assert wide.trie._arrays is narrow.trie._arrays
 
 
 async def test_a_failed_build_is_not_stored():
