@@ -176,7 +176,7 @@ def install_command(name: str, host: Host | None = None) -> str:
 def install_note(name: str, host: Host | None = None) -> str:
     """The plugin's note on :func:`install_command` for ``host`` (why that extra, or why not).
 
-    When the plugin's recipe cannot be found, the note says how to get the rest.
+    Without the plugin's recipe, the note says how to get the rest.
     """
     if recipe(name) is None:
         return "then `genlm backends` gives the command for its engine on this machine"

@@ -1,8 +1,7 @@
 """What a plugin registers: :class:`BackendSpec`, :class:`TrieSpec`, :class:`Availability`.
 
-These are plain, import-light data classes. A plugin's ``_plugin.py`` builds them
-without importing its engine: the engine is named by a ``"module:attr"`` string and
-imported only when a user loads that backend.
+Import-light data classes: the engine is named by a ``"module:attr"`` string, imported
+only when a user loads that backend.
 """
 
 from __future__ import annotations
@@ -56,12 +55,7 @@ def _always_available() -> Availability:
 def resolve_loader(loader: str | Callable[..., Any], *, what: str) -> Callable[..., Any]:
     """Import a ``"module:attr.path"`` loader string, or return a callable unchanged.
 
-    Args:
-        loader: ``"package.module:Class.from_name"`` or a callable.
-        what: Names the owner in error messages (e.g. ``"backend 'hf'"``).
-
-    Returns:
-        The callable the string names.
+    ``what`` names the owner in error messages (e.g. ``"backend 'hf'"``).
 
     Raises:
         PluginLoadError: The module cannot be imported or has no such attribute.
