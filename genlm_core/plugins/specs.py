@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from genlm_core.errors import BackendContractError, PluginLoadError
@@ -46,10 +46,6 @@ class Availability:
 
     def __bool__(self) -> bool:
         return self.ok
-
-
-def _always_available() -> Availability:
-    return Availability.yes()
 
 
 def resolve_loader(loader: str | Callable[..., Any], *, what: str) -> Callable[..., Any]:
@@ -93,7 +89,7 @@ class _Spec:
     name: str
     loader: str | Callable[..., Any]
     priority: int = 0
-    check: Callable[[], Availability] = field(default=_always_available)
+    check: Callable[[], Availability] = Availability.yes
     auto: bool = True
 
     def __post_init__(self) -> None:
