@@ -9,10 +9,7 @@ import logging
 from typing import Any
 
 from genlm_core import settings
-from genlm_core.errors import (
-    BackendContractError,
-    NoBackendAvailableError,
-)
+from genlm_core.errors import BackendContractError, NoBackendAvailableError
 from genlm_core.loading._options import check_options
 from genlm_core.plugins import official
 from genlm_core.plugins.manager import GenlmPluginManager, get_plugin_manager

@@ -32,10 +32,7 @@ __all__ = [
 ENTRY_POINT_GROUPS = ("genlm.backends", "genlm.tries", "genlm.plugins")
 
 #: Modules inside genlm-core registered as plugins on every manager.
-BUILTIN_PLUGINS = (
-    "genlm_core._builtin.mock_backend",
-    "genlm_core._builtin.tries",
-)
+BUILTIN_PLUGINS = ("genlm_core._builtin.mock_backend", "genlm_core._builtin.tries")
 
 
 @dataclass(frozen=True)
