@@ -10,15 +10,10 @@ from typing import Any
 def lazy_exports(
     package: str, exports: dict[str, str], namespace: dict[str, Any]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """Build a package's ``__getattr__`` and ``__dir__`` from ``{name: module}``.
+    """A package's ``(__getattr__, __dir__)`` from ``exports``, ``{name: its module}``.
 
-    Args:
-        package: The package's ``__name__`` (for error messages).
-        exports: Public name -> module that defines it.
-        namespace: The package's ``globals()``; resolved names are cached there.
-
-    Returns:
-        ``(__getattr__, __dir__)`` to assign at module level.
+    ``package`` is the package's ``__name__``; resolved names are cached in
+    ``namespace``, its ``globals()``.
     """
 
     def __getattr__(name: str) -> Any:  # noqa: N807 - the PEP 562 hook

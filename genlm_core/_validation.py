@@ -10,19 +10,14 @@ __all__ = ["is_int_at_least", "is_integer", "is_seconds"]
 
 
 def is_int_at_least(value: Any, minimum: int) -> bool:
-    """True for a Python ``int`` (not a ``bool``) that is ``>= minimum``.
-
-    ``bool`` is an ``int`` subclass, so ``True`` would otherwise pass as a count or a
-    byte budget of 1.
-    """
+    """True for a Python ``int`` (not a ``bool``, an ``int`` subclass) that is ``>= minimum``."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def is_integer(value: Any) -> bool:
     """True for any integral number (``int``, NumPy integers) that is not a ``bool``.
 
-    For values users pass from array code (token ids, byte values, counts), where a
-    NumPy integer is as good as an ``int``.
+    For values from array code (token ids, byte values, counts).
     """
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 

@@ -1,10 +1,7 @@
 """The ``genlm`` command line (also ``python -m genlm_core``).
 
-Commands: ``backends`` (every backend and trie plugin, what can run here, which one
-is chosen automatically, and the official backends not installed with their install
-command), ``doctor`` (the same plus library versions), and those plugins add through
-the ``genlm_cli_commands`` hook: ``models`` and ``fetch`` (the embedded models) come
-from genlm-core's ``genlm_assets`` plugin.
+``backends`` and ``doctor`` are the core's; plugins add the others through the
+``genlm_cli_commands`` hook (``models`` and ``fetch`` come from ``genlm_assets``).
 """
 
 from __future__ import annotations
@@ -69,27 +66,18 @@ def _report() -> dict[str, Any]:
             name: [f"{r.plugin} ({r.distribution} {r.version})" for r in regs]
             for name, regs in conflicts.items()
         },
-        "broken_plugins": [
-            {
-                "plugin": b.plugin,
-                "distribution": b.distribution,
-                "version": b.version,
-                "group": b.group,
-                "error": b.error,
-            }
-            for b in broken.values()
-        ],
+        "broken_plugins": [dataclasses.asdict(b) for b in broken.values()],
         "disabled_plugins": [{"plugin": n, "why": why} for n, why in pm.skipped],
     }
 
 
 def _versions() -> dict[str, str | None]:
+    from genlm_core.plugins.official import OFFICIAL_BACKENDS
+
     out: dict[str, str | None] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-    from genlm_core.plugins.official import OFFICIAL_BACKENDS
-
     core = ("genlm-core", "torch", "transformers", "numpy", "numba", "pluggy")
     for dist in (*core, *(lib for b in OFFICIAL_BACKENDS for lib in b.libraries)):
         try:
@@ -155,8 +143,7 @@ def _options(name: str, as_json: bool) -> int:
         print(f"genlm: {exc}", file=sys.stderr)
         return 2
     if as_json:
-        json.dump([dataclasses.asdict(o) for o in options], sys.stdout, indent=2)
-        print()
+        print(json.dumps([dataclasses.asdict(o) for o in options], indent=2))
         return 0
     print(f"Options of backend {name!r} ({registered.spec.loader}), for llm_opts=... :")
     width = max((len(o.name) for o in options), default=0)
@@ -180,8 +167,7 @@ def _backends(args: argparse.Namespace) -> int:
     if args.command == "doctor":
         report = {"versions": _versions(), **report}
     if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        print()
+        print(json.dumps(report, indent=2))
         return 0
     if args.command == "doctor":
         for k, v in report["versions"].items():

@@ -1,10 +1,7 @@
 """The exceptions genlm-core raises.
 
-Every error derives from :class:`GenlmError` and from the builtin a caller would
-naturally catch (``KeyError`` for an unknown name, ``ValueError`` for bad input, ...),
-so both ``except GenlmError`` and idiomatic ``except ValueError`` work.
-
-Messages say what happened, show the offending value, and say how to fix it.
+Each derives from :class:`GenlmError` and from the builtin a caller would naturally
+catch (``KeyError`` for an unknown name, ``ValueError`` for bad input, ...).
 """
 
 from __future__ import annotations
@@ -39,9 +36,7 @@ class GenlmError(Exception):
 class UnknownBackendError(GenlmError, KeyError, ValueError):
     """A backend (or trie implementation) was requested by a name nobody registered.
 
-    A ``KeyError`` (a name not found) and a ``ValueError``, which is what genlm-backend
-    raised for an unknown model or trie backend, so ``except ValueError`` written for
-    it keeps working.
+    Also a ``ValueError``: what genlm-backend raised for an unknown model or trie backend.
     """
 
     def __str__(self) -> str:  # KeyError would repr() the message
@@ -87,8 +82,8 @@ class WorkerInitError(GenlmError, RuntimeError):
 class ModelClosedError(BatcherClosedError):
     """A language model was used after ``cleanup()`` (or ``aclose()``): load it again.
 
-    Calls queued when the model was closed get it too. A :class:`BatcherClosedError`,
-    what a model's queued callers got before, so code catching that keeps working.
+    Calls queued when the model was closed get it too (a :class:`BatcherClosedError`,
+    what they got before).
     """
 
 

@@ -1,20 +1,8 @@
 """The environment variables genlm-core reads, all in one place.
 
-``GENLM_PLUGINS``
-    Comma-separated allow-list of plugins to load from entry points (entry-point
-    names or distribution names). Unset: load all. Empty string: load none (the
-    built-ins inside genlm-core are always there; its ``assets`` plugin, the embedded
-    models' names and ``genlm models``, is an entry point like any other).
-``GENLM_DISABLE_PLUGINS``
-    Comma-separated deny-list, same matching; applied after the allow-list.
-``GENLM_BACKEND``
-    Backend used by ``load_model_by_name`` when the caller names none.
-``GENLM_TRIM_HEAP``
-    ``1``/``0`` (also ``true``/``false``, ``on``/``off``, ``yes``/``no``): whether models
-    return freed heap memory to the OS after batches, over each backend's default
-    (see genlm_core.runtime.HeapTrimmer); a model's ``trim_heap=`` option wins over it.
-
-(``GENLM_ASSETS_DIR``, the test-asset cache, is read by :mod:`genlm_assets`.)
+``GENLM_PLUGINS``, ``GENLM_DISABLE_PLUGINS`` (which plugins load) and ``GENLM_BACKEND``
+(the backend used when none is named): docs/plugins.md, "Choosing plugins".
+``GENLM_TRIM_HEAP``: see :func:`trim_heap`. (``GENLM_ASSETS_DIR`` is :mod:`genlm_assets`'.)
 """
 
 from __future__ import annotations
@@ -71,6 +59,10 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 
 def trim_heap() -> bool | None:
     """``GENLM_TRIM_HEAP`` as a bool, or None when unset (or empty).
+
+    Whether models return freed heap memory to the OS after batches, over each
+    backend's default (see genlm_core.runtime.HeapTrimmer); a model's ``trim_heap=``
+    option wins over it. Spellings: 1/0, true/false, on/off, yes/no.
 
     Raises:
         ValueError: The value is not one of the spellings of yes or no.

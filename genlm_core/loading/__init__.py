@@ -1,12 +1,7 @@
-"""From a model name to a running backend.
+"""From a model name to a running backend: choosing it, resolving the name, the options.
 
-* :func:`load_model_by_name` picks the backend (named, or the best available one; see
-  docs/plugins.md, "How load_model_by_name chooses"), checks the options it is given
-  against that backend's, and loads the model.
-* :func:`resolve_model_name` turns an embedded model's name, a local directory or a
-  hub id into what a backend loads, failing at once where that cannot work.
-* :func:`describe_options` lists the options a backend's loader takes, with defaults
-  and descriptions (``genlm backends --options NAME``).
+:func:`load_model_by_name` picks and loads; :func:`resolve_model_name` turns a name into
+what a backend loads; :func:`describe_options` lists a loader's options.
 """
 
 from __future__ import annotations

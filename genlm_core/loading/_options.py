@@ -1,7 +1,6 @@
 """Loading options: dtypes, engine options, and the options' descriptions.
 
-Which options a backend class accepts is the contract's (:mod:`genlm_core.lm._options`),
-re-exported here for the loaders.
+Which options a backend accepts is the contract's (:mod:`genlm_core.lm._options`).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from genlm_core.lm._options import (
     defaulted,
     forwards,
     option_levels,
-    unknown_option_error,
 )
 
 __all__ = [
@@ -30,7 +28,6 @@ __all__ = [
     "check_dtype",
     "check_options",
     "merge_engine_options",
-    "unknown_option_error",
 ]
 
 #: What every backend's ``dtype=`` option accepts ("auto": the checkpoint's own dtype).

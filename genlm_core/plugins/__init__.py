@@ -1,20 +1,8 @@
-"""Everything a plugin author imports.
+"""Everything a plugin author imports: specs, probes, registries and ``hookimpl``.
 
-A backend plugin is a module with a ``genlm_register_backends`` hook::
-
-    from genlm_core.plugins import Availability, BackendSpec, hookimpl
-
-    @hookimpl
-    def genlm_register_backends(register):
-        register(BackendSpec(name="uniform", loader="genlm_uniform:UniformLM.from_name"))
-
-declared in the plugin's ``pyproject.toml``::
-
-    [project.entry-points."genlm.backends"]
-    uniform = "genlm_uniform"
-
-See ``docs/plugins.md`` for the whole manual and :mod:`genlm_core.plugins.hookspecs`
-for every hook.
+A backend plugin is a module with a ``genlm_register_backends`` hook, named by an entry
+point in the ``genlm.backends`` group. ``docs/plugin-quickstart.md`` walks through one;
+:mod:`genlm_core.plugins.hookspecs` lists every hook.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""The hooks a genlm plugin may implement. These docstrings are the plugin manual.
+"""The hooks a genlm plugin may implement (docs/plugins.md is the manual).
 
-A plugin is a module (named by an entry point in the ``genlm.backends``,
-``genlm.tries`` or ``genlm.plugins`` group: the last for plugins of the other hooks, such
-as genlm-core's own ``genlm_assets``) holding functions decorated with
-:data:`genlm_core.plugins.hookimpl`. Keep that module import-light: it is imported
-whenever anyone lists or loads a backend.
+A plugin is a module named by an entry point (group ``genlm.backends``, ``genlm.tries``
+or, for the other hooks, ``genlm.plugins``) holding functions decorated with
+:data:`genlm_core.plugins.hookimpl`. It is imported whenever a backend is listed or
+loaded, so keep it import-light.
 """
 
 from __future__ import annotations
@@ -28,14 +27,12 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 def genlm_register_backends(register: Callable[[BackendSpec], None]) -> None:
     """Register the language-model backends this plugin provides.
 
-    Called once per plugin manager, when backends are first listed or loaded.
+    Called whenever backends are listed or loaded: register the same specs each time.
 
     Args:
         register: Call it with one :class:`~genlm_core.plugins.BackendSpec` per
             backend. Registering a name twice (here or in another plugin) makes that
             name unusable until one plugin is removed: genlm never picks silently.
-
-    .. versionadded:: 0.1
     """
 
 
@@ -46,8 +43,6 @@ def genlm_register_tries(register: Callable[[TrieSpec], None]) -> None:
     Args:
         register: Call it with one :class:`~genlm_core.plugins.TrieSpec` per
             implementation.
-
-    .. versionadded:: 0.1
     """
 
 
@@ -65,8 +60,6 @@ def genlm_select_backend(model_name: str, candidates: list[str]) -> str | None:
     Returns:
         A backend name (it need not be in ``candidates``, but must be registered
         and available), or None to keep the default choice.
-
-    .. versionadded:: 0.1
     """
 
 
@@ -75,10 +68,8 @@ def genlm_resolve_model_name(name: str) -> str | None:
     """Turn a model name this plugin knows into a local directory a backend can load.
 
     Asked by :func:`~genlm_core.loading.resolve_model_name` (which every official
-    backend's ``from_name`` calls) for a name that is not an existing directory,
-    before it is taken for a hub id. genlm-core's embedded models (built from PyPI
-    packages into the asset cache by the ``genlm_assets`` plugin) answer through this
-    hook; a site could add a model zoo the same way.
+    backend's ``from_name`` calls) for a name that is not an existing directory, before
+    it is taken for a hub id. genlm-core's embedded models (``genlm_assets``) answer here.
 
     Args:
         name: The model name as the user wrote it.
@@ -86,8 +77,6 @@ def genlm_resolve_model_name(name: str) -> str | None:
     Returns:
         A local directory holding the model, or None when the name is not this
         plugin's. Raise (with the fix in the message) when it is, but cannot be made.
-
-    .. versionadded:: 0.1
     """
 
 
@@ -100,8 +89,6 @@ def genlm_model_names() -> list[str]:
 
     Returns:
         Lowercase names, each one :func:`genlm_resolve_model_name` answers.
-
-    .. versionadded:: 0.1
     """
 
 
@@ -112,6 +99,4 @@ def genlm_cli_commands(commands: argparse._SubParsersAction) -> None:
     Args:
         commands: The ``genlm`` parser's sub-parsers: call ``commands.add_parser``,
             and ``set_defaults(run=f)`` with ``f(args) -> int`` the exit status.
-
-    .. versionadded:: 0.1
     """

@@ -1,13 +1,13 @@
 """The plugin manager: hookspecs, built-ins, and failure-isolating entry-point loading.
 
-pluggy's own ``load_setuptools_entrypoints`` stops at the first plugin that fails to
-import. Here each entry point is loaded on its own: a broken plugin is recorded in
-:attr:`GenlmPluginManager.broken` with its error (``genlm backends`` shows it) and
-the others load normally.
+Unlike pluggy's ``load_setuptools_entrypoints``, which stops at the first plugin that
+fails to import, each entry point loads on its own; a failure is recorded in
+:attr:`GenlmPluginManager.broken` (``genlm backends`` shows it).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import threading
 from dataclasses import dataclass
@@ -32,10 +32,7 @@ __all__ = [
 ENTRY_POINT_GROUPS = ("genlm.backends", "genlm.tries", "genlm.plugins")
 
 #: Modules inside genlm-core registered as plugins on every manager.
-BUILTIN_PLUGINS = (
-    "genlm_core._builtin.mock_backend",
-    "genlm_core._builtin.tries",
-)
+BUILTIN_PLUGINS = ("genlm_core._builtin.mock_backend", "genlm_core._builtin.tries")
 
 
 @dataclass(frozen=True)
@@ -56,6 +53,14 @@ class BrokenPlugin:
     distribution: str
     version: str
     error: str
+
+    @classmethod
+    def of(
+        cls, plugin: str, group: str, origin: PluginOrigin, error: BaseException | str
+    ) -> BrokenPlugin:
+        """The record of ``plugin`` from ``origin`` failing in ``group`` with ``error``."""
+        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        return cls(plugin, group, origin.distribution, origin.version, text)
 
 
 class GenlmPluginManager(pluggy.PluginManager):
@@ -80,22 +85,17 @@ class GenlmPluginManager(pluggy.PluginManager):
         origin: PluginOrigin | None = None,
     ) -> None:
         """Record a plugin failure so it is reported instead of raised."""
-        origin = origin or self.origin(plugin)
-        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        entry = BrokenPlugin(plugin, group, origin.distribution, origin.version, text)
+        entry = BrokenPlugin.of(plugin, group, origin or self.origin(plugin), error)
         if entry not in self.broken:  # a hook failing on every call is reported once
             self.broken.append(entry)
 
     def register_checked(
         self, plugin: object, name: str, origin: PluginOrigin, group: str = "builtin"
     ) -> bool:
-        """Register ``plugin``, validate its hooks, and record it broken on failure.
+        """Register ``plugin`` and validate its hooks; True on success, else recorded broken.
 
-        The origin is remembered only once registration succeeded, so a second
-        distribution reusing a plugin name never relabels the first one's backends.
-
-        Returns:
-            True when the plugin is registered and its hooks are valid.
+        The origin is remembered only on success, so a second distribution reusing a
+        plugin name never relabels the first one's backends.
         """
         try:
             self.register(plugin, name=name)
@@ -141,17 +141,11 @@ def _core_version() -> str:
 
 
 def make_plugin_manager(*, load_entrypoints: bool = True) -> GenlmPluginManager:
-    """Build a plugin manager with the hookspecs, the built-ins and (optionally) entry points.
+    """A fresh manager with the hookspecs, the built-ins and (optionally) entry points.
 
-    Args:
-        load_entrypoints: Also load installed third-party plugins. Tests pass False
-            to get an isolated manager.
-
-    Returns:
-        A fresh manager; it shares nothing with the process-wide one.
+    It shares nothing with the process-wide one; tests pass ``load_entrypoints=False``
+    for an isolated manager without the installed plugins.
     """
-    import importlib
-
     pm = GenlmPluginManager()
     version = _core_version()
     for module_name in BUILTIN_PLUGINS:

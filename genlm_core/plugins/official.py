@@ -1,19 +1,8 @@
-"""The project's own backends, so users hear of those not installed and how to get them.
+"""The project's own backends: which are not installed, and the command to install each.
 
-What genlm-core knows of them is data: the table ``official.toml`` next to this module
-(each backend's distribution, genlm-backend's class name for it, its libraries). Each
-official backend ships as its own distribution, and each owns its install recipe:
-the data file ``genlm_X/install.toml`` (``plugins/genlm_X/src/genlm_X/install.toml`` in
-a checkout), read by :mod:`genlm_core.plugins._recipe` (its docstring has the format):
-the distribution, where it runs, and which extra brings the engine on a machine, with
-the ``pip install`` steps after it. This module only finds that recipe (in the
-installed plugin's package, else in the checkout's ``plugins/`` folder, where the
-command then installs the plugin from) and words the command for this machine; the
-plugins' ``_plugin.py`` use the same words for their ``BackendSpec.install_hint``.
-
-:func:`not_installed` tells, for each official backend that registered nothing,
-whether its distribution is missing (install it), installed but broken (its error),
-or installed but disabled by ``GENLM_PLUGINS`` / ``GENLM_DISABLE_PLUGINS``.
+What genlm-core knows of them is the table ``official.toml``; each plugin owns its
+install recipe (``install.toml``, read by :mod:`genlm_core.plugins._recipe`). This
+module finds the recipe and words it for this machine (docs/maintainers.md).
 """
 
 from __future__ import annotations
@@ -124,40 +113,27 @@ def _installed(distribution: str) -> bool:
     return True
 
 
-def _checkout_file(backend: OfficialBackend) -> Path | None:
-    plugins = _checkout_plugins()
-    if plugins is None:
-        return None
-    path = plugins / backend.package / "src" / backend.package / FILE
-    return path if path.is_file() else None
-
-
-def _installed_file(backend: OfficialBackend) -> Path | None:
-    """The recipe in the installed plugin's package, found without importing the package."""
-    if not _installed(backend.distribution):
-        return None
-    try:
-        spec = importlib.util.find_spec(backend.package)
-    except (ImportError, ValueError):
-        return None
-    folders = (spec.submodule_search_locations or []) if spec is not None else []
-    for folder in folders:
-        path = Path(folder) / FILE
-        if path.is_file():
-            return path
-    return None  # an older release without a recipe file, or a broken install
-
-
 def recipe(name: str) -> Recipe | None:
     """The install recipe of official backend ``name``, or None if it is not found.
 
-    Read from the installed plugin's package, else from the checkout's ``plugins/``.
+    Read from the installed plugin's package (found without importing it), else from
+    the checkout's ``plugins/``.
 
     Raises:
         KeyError: ``name`` is not an official backend.
     """
     backend = _BY_NAME[name]
-    path = _installed_file(backend) or _checkout_file(backend)
+    folders: list[str | Path] = []
+    if _installed(backend.distribution):
+        try:
+            spec = importlib.util.find_spec(backend.package)
+        except (ImportError, ValueError):
+            spec = None
+        folders += (spec.submodule_search_locations or []) if spec is not None else []
+    plugins = _checkout_plugins()
+    if plugins is not None:
+        folders.append(plugins / backend.package / "src" / backend.package)
+    path = next((p for f in folders if (p := Path(f) / FILE).is_file()), None)
     return load(path) if path is not None else None
 
 
@@ -193,14 +169,14 @@ def install_command(name: str, host: Host | None = None) -> str:
         command = f"pip install {shlex.quote(f'{backend.distribution}{suffix}')}"
     after = found.after_extra(extra) if found is not None else ()
     if after:
-        command += " && pip install " + " ".join(shlex.quote(a) for a in after)
+        command += " && pip install " + shlex.join(after)
     return command
 
 
 def install_note(name: str, host: Host | None = None) -> str:
     """The plugin's note on :func:`install_command` for ``host`` (why that extra, or why not).
 
-    When the plugin's recipe cannot be found, the note says how to get the rest.
+    Without the plugin's recipe, the note says how to get the rest.
     """
     if recipe(name) is None:
         return "then `genlm backends` gives the command for its engine on this machine"

@@ -1,12 +1,8 @@
-"""Cheap hardware and package probes for availability checks.
+"""Cheap hardware and package probes for availability checks: no engine, no CUDA init.
 
-None of these import an engine or initialise CUDA: ``has_nvidia_gpu`` asks the
-NVIDIA driver (NVML) directly through ctypes, the way ``nvidia-smi`` does, and then
-applies ``CUDA_VISIBLE_DEVICES`` the way CUDA does, so the answer is the number of
-GPUs an engine started in this process would see.
-
-This module imports only the standard library, so tools without genlm-core installed
-(the noxfile) can load it by path.
+The GPU count asks the NVIDIA driver (NVML) through ctypes, as ``nvidia-smi`` does, and
+applies ``CUDA_VISIBLE_DEVICES`` as CUDA does. Standard library only: the noxfile
+loads this module by path.
 """
 
 from __future__ import annotations
@@ -73,12 +69,9 @@ def visible_gpu_count(driver_count: int, visible: str | None) -> tuple[int, str]
     )
 
 
-@functools.cache
+@functools.cache  # the driver's answer does not change while the process runs
 def driver_gpu_count() -> tuple[int, str]:
-    """Number of NVIDIA GPUs the driver reports (all of them), and a reason when it is 0.
-
-    Cached: the driver's answer does not change while the process runs.
-    """
+    """Number of NVIDIA GPUs the driver reports (all of them), and a reason when it is 0."""
     for lib in ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll"):
         try:
             nvml = ctypes.CDLL(lib)

@@ -1,11 +1,8 @@
 """Registries: what the plugins registered, with origin, availability and conflicts.
 
-A registry asks the plugin manager afresh on every query (calling the register
-hooks is cheap), so plugins registered later, e.g. in a test, are seen at once.
-Each plugin's register hook runs on its own: one that raises is recorded broken and
-the others still count. Hook implementations are called the way pluggy calls them,
-with the arguments each declares (a hookimpl may declare fewer than the hookspec), so
-a plugin that works under ``pm.hook.genlm_register_backends(register=...)`` works here.
+Every query calls the register hooks afresh (cheap), so plugins registered later are
+seen at once; each hook runs on its own, so one that raises is recorded broken and the
+others still count.
 """
 
 from __future__ import annotations
@@ -36,14 +33,11 @@ log = logging.getLogger(__name__)
 def call_hookimpl(impl: pluggy.HookImpl, hook_name: str, **kwargs: Any) -> Any:
     """Call one hook implementation as pluggy does: with the arguments it declares.
 
-    Args:
-        impl: The implementation (from ``hook.get_hookimpls()``).
-        hook_name: The hook's name, for the error message.
-        **kwargs: Every argument the hookspec defines.
+    ``kwargs`` holds every argument of the hookspec; a hookimpl may declare fewer.
 
     Raises:
-        BackendContractError: ``impl`` is a hook wrapper, which these hooks do not
-            support (it would register or select nothing, silently).
+        BackendContractError: ``impl`` is a hook wrapper, which would register or
+            select nothing, silently.
     """
     if impl.hookwrapper or impl.wrapper:
         raise BackendContractError(
@@ -120,15 +114,7 @@ class _Registry(Generic[S]):
                             f"{spec!r}; expected a {self.spec_type.__name__}"
                         )
             except Exception as exc:
-                broken.append(
-                    BrokenPlugin(
-                        impl.plugin_name,
-                        self.hook_name,
-                        origin.distribution,
-                        origin.version,
-                        f"{type(exc).__name__}: {exc}",
-                    )
-                )
+                broken.append(BrokenPlugin.of(impl.plugin_name, self.hook_name, origin, exc))
                 continue
             for spec in specs:
                 entry = Registered(spec, impl.plugin_name, origin.distribution, origin.version)
@@ -139,8 +125,7 @@ class _Registry(Generic[S]):
 
     def all(self) -> list[Registered[S]]:
         """Every uniquely named registration, highest priority first."""
-        unique, _, _ = self._collect()
-        return sorted(unique.values(), key=lambda r: (-r.spec.priority, r.name))
+        return _best_first(self._collect()[0])
 
     def conflicts(self) -> dict[str, list[Registered[S]]]:
         """Names registered by more than one plugin (unusable until resolved)."""
@@ -176,23 +161,16 @@ class _Registry(Generic[S]):
     def _unknown_message(
         self, name: str, unique: dict[str, Registered[S]], broken: list[BrokenPlugin]
     ) -> str:
-        installed = ", ".join(sorted(unique)) or "none"
-        lines = [f"unknown {self.kind} {name!r}{_did_you_mean(name, self._known(unique))}"]
-        lines.append(f"Installed: {installed}.")
-        all_broken = [*self.plugin_manager.broken, *broken]
-        if all_broken:
-            lines.append(
-                "Broken plugins: "
-                + "; ".join(f"{b.plugin} ({b.distribution}): {b.error}" for b in all_broken)
-                + "."
-            )
-        skipped = self.plugin_manager.skipped
-        if skipped:
-            lines.append(
-                "Disabled plugins: " + ", ".join(f"{n} ({why})" for n, why in skipped) + "."
-            )
-        hint = "" if name.casefold() in unique else self._install_hint(name)
-        if hint:
+        lines = [
+            f"unknown {self.kind} {name!r}{_did_you_mean(name, self._known(unique))}",
+            f"Installed: {', '.join(sorted(unique)) or 'none'}.",
+        ]
+        if all_broken := [*self.plugin_manager.broken, *broken]:
+            errors = "; ".join(f"{b.plugin} ({b.distribution}): {b.error}" for b in all_broken)
+            lines.append(f"Broken plugins: {errors}.")
+        if skipped := self.plugin_manager.skipped:
+            lines.append(f"Disabled plugins: {', '.join(f'{n} ({why})' for n, why in skipped)}.")
+        if name.casefold() not in unique and (hint := self._install_hint(name)):
             lines.append(hint)
         return " ".join(lines)
 
@@ -200,8 +178,7 @@ class _Registry(Generic[S]):
         return ""
 
     def _known(self, unique: dict[str, Registered[S]]) -> list[str]:
-        """Names a misspelling may have meant."""
-        return list(unique)
+        return list(unique)  # names a misspelling may have meant
 
     def require_available(self, name: str) -> Registered[S]:
         """Like :meth:`get`, but also require the probe to pass.
@@ -226,7 +203,7 @@ class _Registry(Generic[S]):
         """A multi-line account of every registration and why each is or is not usable."""
         unique, conflicts, broken = self._collect()
         lines = []
-        for reg in sorted(unique.values(), key=lambda r: (-r.spec.priority, r.name)):
+        for reg in _best_first(unique):
             avail = reg.availability()
             state = "available" if avail.ok else f"unavailable: {avail.reason}"
             auto = "" if reg.spec.auto else ", only when named"
@@ -236,6 +213,10 @@ class _Registry(Generic[S]):
         for b in [*self.plugin_manager.broken, *broken]:
             lines.append(f"  plugin {b.plugin} ({b.distribution}) is broken: {b.error}")
         return "\n".join(lines) or "  (nothing registered)"
+
+
+def _best_first(unique: dict[str, Registered[S]]) -> list[Registered[S]]:
+    return sorted(unique.values(), key=lambda r: (-r.spec.priority, r.name))
 
 
 def _did_you_mean(name: str, known: list[str]) -> str:
@@ -273,16 +254,9 @@ class BackendRegistry(_Registry[BackendSpec]):
     def select(self, model_name: str, candidates: list[str]) -> str | None:
         """The first non-None answer of the ``genlm_select_backend`` hooks, in pluggy's order.
 
-        Each implementation runs on its own: one that raises (or answers something other
-        than a backend name or None) is recorded as a broken plugin, logged, and
-        skipped, so a faulty site hook never fails every automatic load.
-
-        Args:
-            model_name: The model the user asked for.
-            candidates: Names of the available automatic backends, best first.
-
-        Returns:
-            The chosen backend name, or None to keep the default choice.
+        ``candidates`` are the available automatic backends, best first. A hook that
+        raises (or answers something other than a name or None) is recorded broken,
+        logged and skipped, so a faulty site hook never fails every automatic load.
         """
         hook_name = "genlm_select_backend"
         pm = self.plugin_manager

@@ -1,8 +1,7 @@
 """What a plugin registers: :class:`BackendSpec`, :class:`TrieSpec`, :class:`Availability`.
 
-These are plain, import-light data classes. A plugin's ``_plugin.py`` builds them
-without importing its engine: the engine is named by a ``"module:attr"`` string and
-imported only when a user loads that backend.
+Import-light data classes: the engine is named by a ``"module:attr"`` string, imported
+only when a user loads that backend.
 """
 
 from __future__ import annotations
@@ -10,8 +9,8 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from genlm_core.errors import BackendContractError, PluginLoadError
 
@@ -49,19 +48,10 @@ class Availability:
         return self.ok
 
 
-def _always_available() -> Availability:
-    return Availability.yes()
-
-
 def resolve_loader(loader: str | Callable[..., Any], *, what: str) -> Callable[..., Any]:
     """Import a ``"module:attr.path"`` loader string, or return a callable unchanged.
 
-    Args:
-        loader: ``"package.module:Class.from_name"`` or a callable.
-        what: Names the owner in error messages (e.g. ``"backend 'hf'"``).
-
-    Returns:
-        The callable the string names.
+    ``what`` names the owner in error messages (e.g. ``"backend 'hf'"``).
 
     Raises:
         PluginLoadError: The module cannot be imported or has no such attribute.
@@ -91,26 +81,63 @@ def resolve_loader(loader: str | Callable[..., Any], *, what: str) -> Callable[.
     return obj
 
 
-def _validate_common(kind: str, name: object, loader: object, priority: object) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise BackendContractError(
-            f"{kind} name must be a lowercase identifier like 'hf' or 'my-backend', got {name!r}"
-        )
-    if isinstance(loader, str):
-        if not _LOADER.match(loader):
+@dataclass(frozen=True)
+class _Spec:
+    """The fields, checks and methods :class:`BackendSpec` and :class:`TrieSpec` share."""
+
+    _what: ClassVar[str]
+    name: str
+    loader: str | Callable[..., Any]
+    priority: int = 0
+    check: Callable[[], Availability] = Availability.yes
+    auto: bool = True
+
+    def __post_init__(self) -> None:
+        what, name, loader = self._what, self.name, self.loader
+        if not isinstance(name, str) or not _NAME.match(name):
             raise BackendContractError(
-                f"{kind} {name!r}: loader must look like 'package.module:attr', got {loader!r}"
+                f"{what} name must be a lowercase identifier like 'hf' or 'my-backend', "
+                f"got {name!r}"
             )
-    elif not callable(loader):
-        raise BackendContractError(
-            f"{kind} {name!r}: loader must be a 'module:attr' string or a callable, got {loader!r}"
-        )
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise BackendContractError(f"{kind} {name!r}: priority must be an int, got {priority!r}")
+        if isinstance(loader, str):
+            if not _LOADER.match(loader):
+                raise BackendContractError(
+                    f"{what} {name!r}: loader must look like 'package.module:attr', got {loader!r}"
+                )
+        elif not callable(loader):
+            raise BackendContractError(
+                f"{what} {name!r}: loader must be a 'module:attr' string or a callable, "
+                f"got {loader!r}"
+            )
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise BackendContractError(
+                f"{what} {name!r}: priority must be an int, got {self.priority!r}"
+            )
+        if not callable(self.check):
+            raise BackendContractError(f"{what} {name!r}: check must be callable")
+
+    def availability(self) -> Availability:
+        """Run the probe, turning a crashing probe into an explained ``Availability.no``."""
+        where = f"{self._what} {self.name!r}"
+        try:
+            result = self.check()
+        except Exception as exc:
+            return Availability.no(
+                f"{where}: availability probe crashed: {type(exc).__name__}: {exc}"
+            )
+        if not isinstance(result, Availability):
+            return Availability.no(
+                f"{where}: availability probe returned {result!r}, not Availability"
+            )
+        return result
+
+    def load(self) -> Callable[..., Any]:
+        """Import and return the loader callable (for a trie: its class or factory)."""
+        return resolve_loader(self.loader, what=f"{self._what} {self.name!r}")
 
 
 @dataclass(frozen=True)
-class BackendSpec:
+class BackendSpec(_Spec):
     """A language-model backend offered by a plugin.
 
     Attributes:
@@ -126,30 +153,13 @@ class BackendSpec:
         install_hint: What to ``pip install`` to get it (shown in errors).
     """
 
-    name: str
-    loader: str | Callable[..., Any]
-    priority: int = 0
-    check: Callable[[], Availability] = field(default=_always_available)
-    auto: bool = True
+    _what: ClassVar[str] = "backend"
     description: str = ""
     install_hint: str = ""
 
-    def __post_init__(self) -> None:
-        _validate_common("backend", self.name, self.loader, self.priority)
-        if not callable(self.check):
-            raise BackendContractError(f"backend {self.name!r}: check must be callable")
-
-    def availability(self) -> Availability:
-        """Run the probe, turning a crashing probe into an explained ``Availability.no``."""
-        return _run_probe(self.check, f"backend {self.name!r}")
-
-    def load(self) -> Callable[..., Any]:
-        """Import and return the loader callable."""
-        return resolve_loader(self.loader, what=f"backend {self.name!r}")
-
 
 @dataclass(frozen=True)
-class TrieSpec:
+class TrieSpec(_Spec):
     """A token-trie implementation offered by a plugin.
 
     Attributes:
@@ -163,35 +173,13 @@ class TrieSpec:
         description: One line shown by ``genlm backends``.
     """
 
-    name: str
-    loader: str | Callable[..., Any]
-    priority: int = 0
-    check: Callable[[], Availability] = field(default=_always_available)
-    auto: bool = True
+    _what: ClassVar[str] = "trie"
     kind: str = "character"
     description: str = ""
 
     def __post_init__(self) -> None:
-        _validate_common("trie", self.name, self.loader, self.priority)
+        super().__post_init__()
         if self.kind not in ("character", "byte"):
             raise BackendContractError(
                 f"trie {self.name!r}: kind must be 'character' or 'byte', got {self.kind!r}"
             )
-
-    def availability(self) -> Availability:
-        """Run the probe, turning a crashing probe into an explained ``Availability.no``."""
-        return _run_probe(self.check, f"trie {self.name!r}")
-
-    def load(self) -> Callable[..., Any]:
-        """Import and return the trie class or factory."""
-        return resolve_loader(self.loader, what=f"trie {self.name!r}")
-
-
-def _run_probe(check: Callable[[], Availability], what: str) -> Availability:
-    try:
-        result = check()
-    except Exception as exc:
-        return Availability.no(f"{what}: availability probe crashed: {type(exc).__name__}: {exc}")
-    if not isinstance(result, Availability):
-        return Availability.no(f"{what}: availability probe returned {result!r}, not Availability")
-    return result
