@@ -47,3 +47,14 @@ def test_add_returns_a_displaced_duplicate_and_remove_where_filters_adapters():
 def test_bad_budgets_are_refused():
     with pytest.raises(ValueError, match="slots, blocks and block_size"):
         LiveTable(slots=0, blocks=1, block_size=1)
+
+
+def test_step_groups_part_base_and_lora_rows_only_where_they_cannot_mix():
+    from genlm_vllm._compat import step_groups
+
+    loras = [None, "a", None, "b"]
+    assert step_groups(loras, mixes=True) == [[0, 1, 2, 3]]
+    assert step_groups(loras, mixes=False) == [[0, 2], [1, 3]]
+    assert step_groups([None, None], mixes=False) == [[0, 1]]
+    assert step_groups(["a"], mixes=False) == [[0]]
+    assert step_groups([], mixes=False) == []

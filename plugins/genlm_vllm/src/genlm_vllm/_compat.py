@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ __all__ = [
     "check_streaming",
     "check_version",
     "mixes_base_and_lora_rows",
+    "step_groups",
     "shutdown_engine",
 ]
 
@@ -133,10 +135,6 @@ class RowCapture:
         """How a watched request's last turn ended (vLLM's ``FinishReason``), or None yet."""
         return self._ends.get(request_id)
 
-    def has_row(self, request_id: str) -> bool:
-        """Whether a row of ``request_id`` was captured and not yet taken."""
-        return request_id in self._rows
-
     def take(self, request_id: str, width: int) -> torch.Tensor | None:
         """The captured row of ``request_id`` as a ``(width,)`` float32 tensor, or None.
 
@@ -212,6 +210,19 @@ def mixes_base_and_lora_rows(engine: Any) -> bool:
     are then run as two engine runs.
     """
     return getattr(engine.vllm_config.device_config, "device_type", "") != "cpu"
+
+
+def step_groups(loras: Sequence[Any], mixes: bool) -> list[list[int]]:
+    """Indices of requests (by their LoRA requests, None: base model) that may share steps.
+
+    One group of all of them when ``mixes`` (:func:`mixes_base_and_lora_rows`), else the
+    base-model requests and the adapted ones apart (empty groups left out).
+    """
+    if mixes:
+        return [list(range(len(loras)))]
+    base = [i for i, lora in enumerate(loras) if lora is None]
+    adapted = [i for i, lora in enumerate(loras) if lora is not None]
+    return [g for g in (base, adapted) if g]
 
 
 def shutdown_engine(engine: Any) -> None:

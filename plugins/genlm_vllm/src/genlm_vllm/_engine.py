@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from genlm_vllm._compat import RowCapture, mixes_base_and_lora_rows
+from genlm_vllm._compat import RowCapture, mixes_base_and_lora_rows, step_groups
 from genlm_vllm._streaming import LiveRunner
 from genlm_vllm.errors import EngineOutputError
 
@@ -50,11 +50,10 @@ class EngineRunner:
 
     def logprobs(self, prompts: Sequence[tuple[Sequence[int], Any]]) -> list[torch.Tensor]:
         """Next-token log-probs of each ``(token_ids, lora_request)``, in order."""
-        base = [i for i, (_, lora) in enumerate(prompts) if lora is None]
-        if not self._mix_lora and 0 < len(base) < len(prompts):
-            adapted = [i for i, (_, lora) in enumerate(prompts) if lora is not None]
+        groups = step_groups([lora for _, lora in prompts], self._mix_lora)
+        if len(groups) > 1:  # base-model and LoRA rows in runs of their own
             rows: dict[int, torch.Tensor] = {}
-            for part in (base, adapted):
+            for part in groups:
                 rows.update(zip(part, self.logprobs([prompts[i] for i in part]), strict=True))
             return [rows[i] for i in range(len(prompts))]
         with self.lock:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from genlm_vllm._compat import RowCapture, check_streaming, mixes_base_and_lora_rows
+from genlm_vllm._compat import RowCapture, check_streaming, mixes_base_and_lora_rows, step_groups
 from genlm_vllm._live import LiveContext, LiveTable
 from genlm_vllm.errors import EngineOutputError
 
@@ -110,14 +110,9 @@ class LiveRunner:
 
     def _waves(self, prompts: Sequence[tuple[Sequence[int], Any]]) -> list[list[int]]:
         """Indices in waves that fit the slots and blocks (base and LoRA apart where needed)."""
-        groups: list[list[int]] = [list(range(len(prompts)))]
-        if not self._mix_lora:
-            base = [i for i, (_, lora) in enumerate(prompts) if lora is None]
-            adapted = [i for i, (_, lora) in enumerate(prompts) if lora is not None]
-            groups = [g for g in (base, adapted) if g]
         table = self.table
         waves: list[list[int]] = []
-        for group in groups:
+        for group in step_groups([lora for _, lora in prompts], self._mix_lora):
             # Extensions of live contexts first: a wave releases the idle contexts it
             # needs room from, which must not be the ones later waves would extend.
             group.sort(key=lambda i: not table.extends_live(_key(prompts[i])))
@@ -141,33 +136,26 @@ class LiveRunner:
         claimed = [table.claim(key) for key in keys]
         blocks = sum(table.blocks_of(len(key[0])) for key in keys)
         self._abort([ctx.request_id for ctx in table.make_room(len(keys), blocks)])
-        sent: list[str] = [ctx.request_id for ctx in claimed if ctx is not None]
+        rids: list[str] = []  # the wave's engine ids, in prompt order
         try:
             for (ids, lora), ctx in zip(prompts, claimed, strict=True):
                 if ctx is None:
-                    sent.append(self._add(list(ids), lora, None))
+                    rids.append(self._add(list(ids), lora, None))
                     self.started += 1
                 else:
-                    self._add([int(ids[-1])], lora, ctx.request_id)
+                    rids.append(self._add([int(ids[-1])], lora, ctx.request_id))
                     self.extended += 1
-            rids = self._ids_in_order(claimed, sent)
             self._step_until_done(rids)
             rows = [self._row(rid) for rid in rids]
-        except BaseException:
-            self._abort(sent)
+        except BaseException:  # the claimed contexts too, sent or not: they left the table
+            claimed_ids = [ctx.request_id for ctx in claimed if ctx is not None]
+            self._abort(list(dict.fromkeys([*claimed_ids, *rids])))
             raise
         for rid, key in zip(rids, keys, strict=True):
             old = table.add(LiveContext(rid, key))
             if old is not None:  # a duplicate context: the older copy goes
                 self._abort([old.request_id])
         return rows
-
-    @staticmethod
-    def _ids_in_order(claimed: list[LiveContext | None], sent: list[str]) -> list[str]:
-        """The wave's request ids in prompt order (claimed ones first in ``sent``)."""
-        n_claimed = sum(ctx is not None for ctx in claimed)
-        fresh = iter(sent[n_claimed:])
-        return [ctx.request_id if ctx is not None else next(fresh) for ctx in claimed]
 
     def _add(self, ids: list[int], lora: Any, request_id: str | None) -> str:
         """Send ``ids`` as a new resumable request, or as the next chunk of ``request_id``."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -54,6 +55,8 @@ VLLM_TEMPERATURES = (0.01, 2.0)
 
 #: LoRA ids are unique per process: an id is never given to two adapters.
 _LORA_IDS = itertools.count(1)
+
+log = logging.getLogger(__name__)
 
 
 class AsyncVirtualLM(EngineLM):
@@ -293,6 +296,28 @@ class AsyncVirtualLM(EngineLM):
         if live is not None:  # its live contexts hold the adapter's rows
             live.release([handle.lora_int_id])
         self._runner.engine.remove_lora(handle.lora_int_id)
+
+    def _release(self) -> None:
+        # Parked live requests keep request slots: on an engine that outlives this
+        # wrapper, vLLM's own generate() would wait for them forever. Released first,
+        # while the engine still runs (the core starts no batch of this wrapper now; a
+        # batch of another wrapper holds the engine's lock, which release() waits for).
+        # Every live context of the engine goes, this wrapper's or not (it may have
+        # live_contexts=False): the others' next calls are new requests. A release that
+        # fails is logged, not raised: the engine must still be stopped or left.
+        try:
+            live = LiveRunner.existing(self._runner.engine)
+            if live is not None:
+                live.release()
+        except Exception as exc:  # noqa: BLE001 - reported; cleanup goes on
+            log.warning(
+                "%s.cleanup: the live contexts could not be released (%s: %s)",
+                type(self).__name__,
+                type(exc).__name__,
+                exc,
+            )
+        finally:
+            super()._release()
 
     def _shutdown_engine(self) -> None:
         shutdown_engine(self._runner.engine)
