@@ -1,13 +1,4 @@
-"""Build a token trie as flat arrays, without one Python object per node.
-
-The words (one code sequence per vocabulary entry) are sorted, the longest common
-prefix of neighbours gives the shared nodes, and a stack walk creates the rest in
-lexicographic pre-order. The nodes are then renumbered in the order genlm-backend
-0.3.1 uses (a post-order walk visiting each node's children in the order they
-were first inserted), so node-indexed results match genlm-backend's exactly.
-
-All loops are numba kernels; the whole build is O(total length + N log N).
-"""
+"""Build a token trie as flat arrays, in genlm-backend's node numbering (docs/tries.md)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """``AsyncTokenCharacterTrie``: concurrent ``await weight_sum(ws)`` calls, batched.
 
-Each request becomes one key of a :class:`~genlm_core.runtime.AutoBatcher`; the
-batch function groups the keys by operation and makes one ``batch_weight_sum`` /
-``batch_weight_max`` call per group, in the batcher's worker thread (the numba
-kernels release the GIL, so the event loop keeps running meanwhile).
-
-Failures: an error of the batch (the trie raised) reaches every caller of that
-batch, and the next batch runs normally. Bad input of one caller (NaN, wrong
-shape) fails only that caller: the group is then recomputed request by request.
+Bad input of one caller fails only that caller; an error of the batch reaches all of
+its callers (docs/tries.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """What every character trie of this package shares: structure, views, checks.
 
-Subclasses build the flat structure (:meth:`CharacterTrieBase._build`) and fill
-node masses (:meth:`CharacterTrieBase._fill`); this class turns them into
-genlm-backend's API: ``weight_sum``/``weight_max`` and their batch forms, the
-dict-shaped attributes (``children``, ``word2leaf``, ``leaf2word``,
-``node2prefix``), built lazily, and ``visualize``.
+Subclasses build the flat arrays (``_build``) and fill masses (``_fill``); this class
+gives genlm-backend's API on top.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """``TokenByteTrie``: genlm-bytes 0.2.0's trie, on the flat arrays and numba kernels.
 
-Differences from the character trie, all kept from genlm-bytes:
-
-* weights are indexed by **token id** (``ws[token.token_id]``), and the leaf edge of
-  a token is keyed ``(eot_sentinel, token_id)``;
-* ``atomic_byte_strings`` are single edges (keyed by the bytes object);
-* an extra ``eos_node`` hangs off the root under the edge ``EOS`` (257). In
-  ``TrieMode.WITH_EOS`` the weights of the ``eos_byte_strings`` tokens count only
-  at ``eos_node`` and the root; in ``WITHOUT_EOS`` they are ordinary tokens;
-* results are float32 torch tensors.
-
-One deliberate difference: ``weight_max`` of a node without tokens below it (the
-``eos_node``) is ``-inf``, where genlm-bytes 0.2.0 reports 0 (it starts from zero,
-the clamp genlm-backend's character trie also had).
+Weights by token id, atomic byte strings, an ``eos_node`` and ``TrieMode``, as
+genlm-bytes (differences: docs/tries.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The default tries: flat arrays and numba kernels on the CPU.
 
-``TokenCharacterTrie`` and ``ParallelTokenCharacterTrie`` keep genlm-backend
-0.3.1's names, signatures, node numbering and result types; both share one
-implementation here (the "parallel" one only differs in returning float32, as
-genlm-backend's did, and in moving to :mod:`genlm_core.trie.torch_trie` when given
-a CUDA device).
+``TokenCharacterTrie`` and ``ParallelTokenCharacterTrie`` keep genlm-backend 0.3.1's
+names, signatures, node numbering and result types.
 """
 
 from __future__ import annotations

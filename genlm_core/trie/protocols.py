@@ -1,13 +1,7 @@
 """What code using a token trie may rely on: typing Protocols, no implementation.
 
-A token trie turns a distribution over a vocabulary (one weight per vocabulary
-position) into the mass of every prefix of the vocabulary's byte strings. Nodes are
-integers; node-indexed results are NumPy arrays of length ``len(trie.children)``.
-
-Implementations: :class:`genlm_core.trie.TokenCharacterTrie` (numba, CPU),
-:class:`genlm_core.trie.ParallelTokenCharacterTrie`,
-:class:`genlm_core.trie.ReferenceTokenCharacterTrie` (pure NumPy) and plugins
-registered through ``genlm_register_tries``.
+Nodes are integers; node-indexed results are NumPy arrays of length
+``len(trie.children)``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""A deliberately simple trie: dicts to build, NumPy to compute. The oracle.
+"""A deliberately simple trie, the oracle: dicts to build, NumPy to compute.
 
-Nothing here shares code with the fast path beyond the vocabulary encoding and the
-public API glue: the trie is built by inserting words into dicts one letter at a
-time (as genlm-backend does), numbered by an explicit post-order walk, and masses
-are propagated level by level with ``np.add.at`` / ``np.maximum.at``. Children are
-added in ascending node order starting from 0 (or -inf), so sums equal the numba
-kernels' bit for bit. Use it to cross-check other implementations, not for speed.
+Its sums equal the numba kernels' bit for bit (docs/tries.md).
 """
 
 from __future__ import annotations

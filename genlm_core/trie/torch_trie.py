@@ -1,24 +1,8 @@
 """A trie whose masses are computed by torch on a device (meant for CUDA).
 
-The structure is built on the CPU (numba, flat arrays). Each vocabulary entry is
-then linked to its leaf and every ancestor: the sum is one sparse-dense product
-with that (node x token) 0/1 matrix, the max one ``scatter_reduce("amax")``. Both
-combine leaf weights directly, never subtracting, so small masses survive.
-
-On a GPU the arithmetic is cheap and the output is the cost: the masses must reach
-NumPy over PCIe (256 distributions over Llama-3's 404k nodes are 414 MB). So a
-batch is computed in chunks (about ``CHUNK_BYTES`` of masses each) into a small
-ring of device buffers; while a chunk is computed, the one before is copied on a
-second stream into page-locked host memory that is recycled between calls
-(:class:`~genlm_core.trie._outputs.BatchOutputs` over page-locked blocks), and each
-call synchronises once, at the end. Weights
-already on the device stay there: they are checked where they are (shape, dtype,
-NaN) and the NaN flags come back with the masses. Host weights go through a
-page-locked staging block, so their upload is asynchronous too.
-
-Registered as ``torch-cuda`` (available only with an NVIDIA GPU); the class also
-runs on ``device="cpu"`` (same code without streams or page-locking), which is how
-it is tested on machines without a GPU.
+Sums are sparse products, maxima ``scatter_reduce``; on CUDA a batch is computed in
+chunks whose copies to page-locked host memory overlap the next chunk's compute
+(docs/tries.md). Registered as ``torch-cuda``; also runs on ``device="cpu"``.
 """
 
 from __future__ import annotations

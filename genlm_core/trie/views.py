@@ -1,9 +1,4 @@
-"""Lazy dict-shaped views of a flat trie, in genlm-backend's format.
-
-``children[node]`` and ``node2prefix[node]`` are built on first access of that
-node and cached, so a 262k-token trie never pays for 860k Python dicts unless code
-walks them all.
-"""
+"""Lazy dict-shaped views of a flat trie, in genlm-backend's format, built per node."""
 
 from __future__ import annotations
 

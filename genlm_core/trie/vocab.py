@@ -1,10 +1,7 @@
 """Turn a vocabulary (Tokens, bytes, other iterables) into flat letter codes.
 
-A byte is its own code (0-255). Any other letter (a character of a ``str``, an
-end-of-sequence marker, ...) gets a code from 256 up, in order of first
-appearance; equal letters (by ``==``/``hash``, as dict keys in genlm-backend) share
-a code. A vocabulary of bytes-like entries (the usual case) is encoded with one
-``b"".join``: no per-entry Python work besides ``len``.
+A byte is its own code (0-255); any other letter gets a code from 256 up, in order of
+first appearance (equal letters share one).
 """
 
 from __future__ import annotations

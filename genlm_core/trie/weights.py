@@ -1,12 +1,7 @@
 """Check and convert token weights before they reach a kernel.
 
-Accepted: NumPy arrays, torch tensors (any device; moved to the CPU), and
-sequences of either (a batch). Real dtypes only: float32 and float64 are used as
-they are, other floats and integers are converted. Bad input raises
-:class:`~genlm_core.trie.errors.InvalidWeightsError` naming the value and the
-expected shape. A trie that computes on a device validates tensors where they are
-with :func:`real_tensor`, :func:`check_vector` and :func:`check_batch` (same rules,
-same messages).
+NumPy arrays, torch tensors (any device) and sequences of either; real dtypes only.
+Bad input raises :class:`~genlm_core.trie.errors.InvalidWeightsError` naming the value.
 """
 
 from __future__ import annotations
