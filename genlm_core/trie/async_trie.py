@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -47,6 +47,9 @@ class AsyncTokenCharacterTrie:
         await trie.cleanup()
     """
 
+    #: The registry kind ``from_vocab`` picks from.
+    _trie_kind = "character"
+
     def __init__(self, trie: CharacterTrie, *, max_batch_size: int = 64, max_wait: float = 0.0):
         self.trie = trie
         self.max_batch_size = max_batch_size
@@ -59,20 +62,17 @@ class AsyncTokenCharacterTrie:
         )
 
     @classmethod
-    def from_vocab(
-        cls, vocab: Sequence[Any], backend: str | None = None, **kwargs: Any
-    ) -> AsyncTokenCharacterTrie:
+    def from_vocab(cls, vocab: Sequence[Any], backend: str | None = None, **kwargs: Any) -> Self:
         """Build a trie over ``vocab`` with a registered implementation and wrap it.
 
         Args:
             vocab: The vocabulary (``lm.byte_vocab``).
-            backend: A registered trie name (``genlm backends`` lists them: ``numba``,
-                ``reference``, ``torch-cuda``, and genlm-backend's ``sequential`` and
-                ``parallel``), or None for the best available one.
-            **kwargs: Passed to the trie's constructor (e.g. ``device=``).
-
-        Returns:
-            The asynchronous trie.
+            backend: A registered trie name of this class's kind (``genlm backends``
+                lists them; character tries: ``numba``, ``reference``, ``torch-cuda``,
+                and genlm-backend's ``sequential`` and ``parallel``; byte tries:
+                ``numba-byte``), or None for the best available one.
+            **kwargs: Passed to the trie's constructor (e.g. ``device=``, or
+                ``eos_byte_strings=`` for a byte trie).
 
         Raises:
             UnknownBackendError: No implementation is registered as ``backend``
@@ -81,29 +81,15 @@ class AsyncTokenCharacterTrie:
         """
         from genlm_core.plugins import TrieRegistry, get_plugin_manager
 
-        registration = TrieRegistry(get_plugin_manager()).pick("character", backend)
+        registration = TrieRegistry(get_plugin_manager()).pick(cls._trie_kind, backend)
         return cls(registration.spec.load()(vocab, **kwargs))
 
     async def weight_sum(self, ws: Any) -> np.ndarray:
-        """Queue a ``weight_sum``; concurrent calls are computed as one batch.
-
-        Args:
-            ws: One weight per vocabulary entry, shape ``(len(trie.decode),)``.
-
-        Returns:
-            Node-indexed sums, shape ``(len(trie.children),)``.
-        """
+        """Queue a ``weight_sum`` of ``ws``; concurrent calls are computed as one batch."""
         return await self._submit("sum", ws)
 
     async def weight_max(self, ws: Any) -> np.ndarray:
-        """Queue a ``weight_max``; concurrent calls are computed as one batch.
-
-        Args:
-            ws: One weight per vocabulary entry, shape ``(len(trie.decode),)``.
-
-        Returns:
-            Node-indexed maxima, shape ``(len(trie.children),)``.
-        """
+        """Queue a ``weight_max`` of ``ws``; concurrent calls are batched."""
         return await self._submit("max", ws)
 
     def start(self) -> None:
@@ -179,43 +165,16 @@ class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
         max_wait: Seconds the first request of a batch may wait for company.
     """
 
-    @classmethod
-    def from_vocab(
-        cls, vocab: Sequence[Any], backend: str | None = None, **kwargs: Any
-    ) -> AsyncTokenByteTrie:
-        """Build a byte trie over ``vocab`` (e.g. with ``eos_byte_strings=``) and wrap it.
-
-        Args:
-            vocab: Tokens (``lm.byte_vocab``).
-            backend: A registered byte-trie name, or None for the best available.
-            **kwargs: Passed to the trie's constructor.
-
-        Raises:
-            UnknownBackendError: No implementation is registered as ``backend``
-                (a ``ValueError``, as in genlm-backend, and a ``KeyError``).
-            BackendUnavailableError: It is registered but cannot run here.
-        """
-        from genlm_core.plugins import TrieRegistry, get_plugin_manager
-
-        registration = TrieRegistry(get_plugin_manager()).pick("byte", backend)
-        return cls(registration.spec.load()(vocab, **kwargs))
+    _trie_kind = "byte"
 
     async def weight_sum(self, ws: Any, mode: Any = None) -> Any:  # type: ignore[override]
-        """Queue a ``weight_sum`` in ``mode`` (default ``TrieMode.WITHOUT_EOS``).
-
-        Returns:
-            Float32 tensor of shape ``(num_nodes,)``.
-        """
+        """Queue a ``weight_sum`` in ``mode`` (default ``TrieMode.WITHOUT_EOS``)."""
         from genlm_core.trie.byte_trie import TrieMode
 
         return await self._submit(("sum", mode or TrieMode.WITHOUT_EOS), ws)
 
     async def weight_max(self, ws: Any) -> Any:
-        """Queue a ``weight_max``.
-
-        Returns:
-            Float32 tensor of shape ``(num_nodes,)``.
-        """
+        """Queue a ``weight_max``: a float32 tensor of shape ``(num_nodes,)``."""
         return await self._submit(("max", None), ws)
 
     async def log_weight_sum(self, logps: Any, mode: Any = None) -> np.ndarray:

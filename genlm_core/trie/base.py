@@ -52,8 +52,6 @@ class CharacterTrieBase:
         self._check_duplicates()
         self.root: int = self._arrays.root
 
-    # -- hooks ----------------------------------------------------------------------
-
     def _build(self, vocab: EncodedVocab) -> TrieArrays:
         raise NotImplementedError
 
@@ -69,8 +67,6 @@ class CharacterTrieBase:
     def _fill_one(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, int]:
         masses, bad = self._fill(op, ws[None, :])
         return masses[0], int(bad[0])
-
-    # -- public API -----------------------------------------------------------------
 
     def weight_sum(self, ws: Any) -> np.ndarray:
         """Mass of every node: the sum of the weights of the vocabulary entries below it.
@@ -88,47 +84,22 @@ class CharacterTrieBase:
         return self._one("sum", "weight_sum", ws)
 
     def weight_max(self, ws: Any) -> np.ndarray:
-        """Max weight of the vocabulary entries below every node.
+        """Max weight of the vocabulary entries below every node, as :meth:`weight_sum`.
 
         Correct for log-space weights: an inner node starts from -inf, not 0.
-
-        Args:
-            ws: One weight per entry of ``decode``, shape ``(len(decode),)``.
-
-        Returns:
-            Node-indexed maxima, shape ``(len(children),)``.
-
-        Raises:
-            InvalidWeightsError: Wrong shape, dimension or dtype, or a NaN weight.
         """
         return self._one("max", "weight_max", ws)
 
     def batch_weight_sum(self, ws: Any) -> np.ndarray:
-        """:meth:`weight_sum` of a batch of distributions, computed together.
+        """:meth:`weight_sum` of a batch, computed together: shape ``(batch, len(children))``.
 
         Args:
             ws: Shape ``(batch, len(decode))``, or a sequence of weight vectors.
-
-        Returns:
-            Shape ``(batch, len(children))``.
-
-        Raises:
-            InvalidWeightsError: Wrong shape, dimension or dtype, or a NaN weight.
         """
         return self._many("sum", "weight_sum", ws)
 
     def batch_weight_max(self, ws: Any) -> np.ndarray:
-        """:meth:`weight_max` of a batch of distributions, computed together.
-
-        Args:
-            ws: Shape ``(batch, len(decode))``, or a sequence of weight vectors.
-
-        Returns:
-            Shape ``(batch, len(children))``.
-
-        Raises:
-            InvalidWeightsError: Wrong shape, dimension or dtype, or a NaN weight.
-        """
+        """:meth:`weight_max` of a batch, as :meth:`batch_weight_sum`."""
         return self._many("max", "weight_max", ws)
 
     def visualize(self, ws: Any = None) -> Any:
@@ -140,8 +111,6 @@ class CharacterTrieBase:
         from genlm_core.trie.visualize import visualize
 
         return visualize(self, ws)
-
-    # -- structure ------------------------------------------------------------------
 
     @property
     def num_nodes(self) -> int:
@@ -193,8 +162,6 @@ class CharacterTrieBase:
     def leaf2word(self) -> dict[int, Hashable]:
         """Leaf -> word key (the inverse of :attr:`word2leaf`)."""
         return {leaf: word for word, leaf in self.word2leaf.items()}
-
-    # -- internals ------------------------------------------------------------------
 
     def _check_duplicates(self) -> None:
         # The builder reports neighbours with equal words in sorted order: (a, b),
