@@ -19,6 +19,7 @@ import torch
 from genlm_core.trie import _kernels
 from genlm_core.trie._build import build_trie_arrays, plan_masses
 from genlm_core.trie._outputs import BatchOutputs
+from genlm_core.trie.cpu import resolve_device
 from genlm_core.trie.errors import InvalidVocabularyError, VocabularyTypeError
 from genlm_core.trie.views import ChildrenView, PrefixView
 from genlm_core.trie.vocab import is_token_type, warn_plain_bytes
@@ -73,7 +74,7 @@ class TokenByteTrie:
         max_batch_size: int = 64,
     ) -> None:
         self.decode = self._tokens(decode)
-        self.device = _device(device)
+        self.device = resolve_device(device, auto=False)
         self.eot_sentinel = eot_sentinel
         self.eos_byte_strings = set(eos_byte_strings or [])
         self.max_batch_size = max_batch_size
@@ -235,15 +236,8 @@ class TokenByteTrie:
         Edges are bytes (ints), atomic byte strings, ``EOS``, and
         ``(eot_sentinel, token_id)`` for a leaf.
         """
-        a, ids, sentinel = self._arrays, self._ids, self.eot_sentinel
-        return ChildrenView(
-            a.child_ptr,
-            a.child_idx,
-            a.label,
-            a.leaf_token,
-            self._letter,
-            leaf_key=lambda pos: (sentinel, int(ids[pos])),
-        )
+        ids, sentinel = self._ids, self.eot_sentinel
+        return ChildrenView(self._arrays, self._letter, lambda pos: (sentinel, int(ids[pos])))
 
     @functools.cached_property
     def node2prefix(self) -> PrefixView:
@@ -253,7 +247,7 @@ class TokenByteTrie:
             letter = self._letter(code)
             return list(letter) if isinstance(letter, bytes) else [letter]
 
-        return PrefixView(self._arrays.parent, self._arrays.label, self._letter, spell)
+        return PrefixView(self._arrays, self._letter, spell)
 
     def _letter(self, code: int) -> Any:
         return code if code < 256 else self._letters[code - 256]
@@ -296,20 +290,6 @@ class TokenByteTrie:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self.decode)} tokens, {self.num_nodes} nodes)"
-
-
-def _device(device: str | None) -> str:
-    if device in (None, "cpu"):
-        return "cpu"
-    if device != "cuda":
-        raise ValueError(f"invalid device {device!r}: must be 'cpu', 'cuda' or None")
-    if not torch.cuda.is_available():
-        from genlm_core.errors import BackendUnavailableError
-
-        raise BackendUnavailableError(
-            "device='cuda' was requested but torch sees no CUDA GPU; pass device='cpu' or None"
-        )
-    return device
 
 
 def _encode(

@@ -73,22 +73,28 @@ class ParallelTokenCharacterTrie(TokenCharacterTrie):
 
     def __new__(cls, decode: Sequence[Any], device: str | None = None, **kwargs: Any) -> Any:
         """Hand CUDA devices to the torch implementation, as genlm-backend ran on the GPU."""
-        if _resolve_device(device) == "cuda" and cls is ParallelTokenCharacterTrie:
+        if resolve_device(device) == "cuda" and cls is ParallelTokenCharacterTrie:
             from genlm_core.trie.torch_trie import TorchTokenCharacterTrie
 
             return TorchTokenCharacterTrie(decode, device="cuda", **kwargs)
         return super().__new__(cls)
 
     def __init__(self, decode: Sequence[Any], device: str | None = None) -> None:
-        self.device = _resolve_device(device)
+        self.device = resolve_device(device)
         super().__init__(decode)
 
 
-def _resolve_device(device: str | None) -> str:
+def resolve_device(device: str | None, auto: bool = True) -> str:
+    """``"cpu"`` or ``"cuda"``; None is CUDA when torch sees a GPU if ``auto``, else the CPU.
+
+    Raises:
+        ValueError: ``device`` is not None, ``"cpu"`` or ``"cuda"``.
+        BackendUnavailableError: ``device="cuda"`` but torch sees no CUDA GPU.
+    """
     if device is None:
         from genlm_core.plugins import has_nvidia_gpu
 
-        if has_nvidia_gpu():
+        if auto and has_nvidia_gpu():
             import torch
 
             return "cuda" if torch.cuda.is_available() else "cpu"
@@ -103,6 +109,6 @@ def _resolve_device(device: str | None) -> str:
 
             raise BackendUnavailableError(
                 f"device='cuda' was requested but torch {torch.__version__} sees no CUDA GPU; "
-                f"pass device='cpu' (or None to pick automatically)"
+                f"pass device='cpu'{' (or None to pick automatically)' if auto else ' or None'}"
             )
     return device
