@@ -136,13 +136,12 @@ class CharacterTrieBase:
     @functools.cached_property
     def children(self) -> ChildrenView:
         """``children[node]``: dict edge -> child. Leaf edges are keyed ``(None, i)``."""
-        a = self._arrays
-        return ChildrenView(a.child_ptr, a.child_idx, a.label, a.leaf_token, self._vocab.letter)
+        return ChildrenView(self._arrays, self._vocab.letter)
 
     @functools.cached_property
     def node2prefix(self) -> PrefixView:
         """``node2prefix[node]``: list of the letters from the root to ``node``."""
-        return PrefixView(self._arrays.parent, self._arrays.label, self._vocab.letter)
+        return PrefixView(self._arrays, self._vocab.letter)
 
     @functools.cached_property
     def word2leaf(self) -> dict[Hashable, int]:
