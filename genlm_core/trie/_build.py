@@ -12,14 +12,10 @@ __all__ = ["MassPlan", "TrieArrays", "build_trie_arrays", "plan_masses"]
 
 @dataclass(frozen=True)
 class MassPlan:
-    """The schedule of the mass kernels.
+    """The schedule of the mass kernels (docs/tries.md).
 
-    A node's *source* is the node itself for a leaf or a branch node (an inner node
-    without exactly one child), and the source of its only child otherwise: a chain
-    of single-child nodes has one mass (three quarters of the inner nodes of a BPE
-    vocabulary's trie are such chain links). The kernels compute the sources only,
-    in a compact float64 scratch array, then write every node's mass from its
-    source in one sequential pass.
+    A *source* is a leaf or a branch node (an inner node without exactly one child); a
+    chain of single-child nodes shares the mass of its bottom node's source.
 
     Attributes:
         token_src: Source index (into the scratch) of each token's leaf (int32).
@@ -150,48 +146,38 @@ def _lcp(codes, offsets, i, j):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _build_preorder(codes, offsets, order, has_leaf):  # pragma: no cover - compiled
-    """Create the nodes in lexicographic pre-order with a stack walk over sorted words."""
+    """Create the nodes in lexicographic pre-order with a stack walk over sorted words.
+
+    Also flags each word equal to the one sorted before it (``same_as_prev``).
+    """
     n = order.shape[0]
     lcp = np.zeros(n, np.int64)
-    total = 1
-    for k in range(n):
-        if has_leaf[k]:
-            total += 1
-    num_dup = 0
+    same_as_prev = np.zeros(n, np.bool_)
+    total = 1 + has_leaf.sum()
+    max_len = 0
     for k in range(n):
         t = order[k]
         length = offsets[t + 1] - offsets[t]
+        max_len = max(max_len, length)
         if k > 0:
             lcp[k] = _lcp(codes, offsets, order[k - 1], t)
             prev = order[k - 1]
-            if lcp[k] == length and offsets[prev + 1] - offsets[prev] == length:
-                num_dup += 1
+            same_as_prev[k] = lcp[k] == length and offsets[prev + 1] - offsets[prev] == length
         total += length - lcp[k]
     parent = np.empty(total, np.int64)
     label = np.empty(total, np.int32)
     token = np.full(total, -1, np.int32)
     depth = np.empty(total, np.int32)
-    duplicates = np.empty((num_dup, 2), np.int64)
-    max_len = 0
-    for k in range(n):
-        max_len = max(max_len, offsets[order[k] + 1] - offsets[order[k]])
     path = np.empty(max_len + 1, np.int64)  # path[d] = node of the current word at depth d
     parent[0] = -1
     label[0] = -1
     depth[0] = 0
     path[0] = 0
     nxt = 1
-    d_i = 0
     for k in range(n):
         t = order[k]
         start = offsets[t]
         length = offsets[t + 1] - start
-        if k > 0:
-            prev = order[k - 1]
-            if lcp[k] == length and offsets[prev + 1] - offsets[prev] == length:
-                duplicates[d_i, 0] = prev
-                duplicates[d_i, 1] = t
-                d_i += 1
         for d in range(lcp[k], length):
             parent[nxt] = path[d]
             label[nxt] = codes[start + d]
@@ -205,7 +191,7 @@ def _build_preorder(codes, offsets, order, has_leaf):  # pragma: no cover - comp
         token[nxt] = t
         depth[nxt] = length
         nxt += 1
-    return parent, label, token, depth, duplicates
+    return parent, label, token, depth, same_as_prev
 
 
 @numba.njit(cache=True, nogil=True)
@@ -284,15 +270,7 @@ def _renumber(parent, label, token, depth, n_tokens):  # pragma: no cover - comp
         base = child_ptr[post[u]]
         for k in range(ptr[u], ptr[u + 1]):
             child_idx[base + k - ptr[u]] = post[kids[k]]
-    return (
-        new_parent,
-        new_label,
-        new_token,
-        new_depth,
-        child_ptr,
-        child_idx,
-        token_leaf,
-    )
+    return new_parent, new_label, new_token, new_depth, child_ptr, child_idx, token_leaf
 
 
 @numba.njit(cache=True, nogil=True)
@@ -356,19 +334,11 @@ def build_trie_arrays(
     if has_leaf is None:
         has_leaf = np.ones(n_tokens, dtype=np.bool_)
     has_leaf = np.ascontiguousarray(has_leaf, dtype=np.bool_)
-    parent, label, token, depth, duplicates = _build_preorder(codes, offsets, order, has_leaf)
-    out = _renumber(parent, label, token, depth, n_tokens)
-    parent, label, token, depth, child_ptr, child_idx, token_leaf = out
-    return TrieArrays(
-        parent=parent,
-        label=label,
-        leaf_token=token,
-        depth=depth,
-        child_ptr=child_ptr,
-        child_idx=child_idx,
-        token_leaf=token_leaf,
-        duplicates=duplicates,
-    )
+    parent, label, token, depth, same = _build_preorder(codes, offsets, order, has_leaf)
+    dup = np.flatnonzero(same)
+    duplicates = np.stack([order[dup - 1], order[dup]], axis=1).astype(np.int64)
+    # _renumber returns the fields of TrieArrays in order, all but ``duplicates``.
+    return TrieArrays(*_renumber(parent, label, token, depth, n_tokens), duplicates)
 
 
 def plan_masses(arrays: TrieArrays) -> MassPlan:
@@ -377,7 +347,7 @@ def plan_masses(arrays: TrieArrays) -> MassPlan:
     A leafless word (``token_leaf == -1``) gets source -1: replace ``token_src``
     before running the kernels on such a plan.
     """
-    token_src, branch, branch_ptr, branch_src, node_src, n_src = _plan(
+    *schedule, n_src = _plan(
         arrays.leaf_token, arrays.child_ptr, arrays.child_idx, arrays.token_leaf
     )
-    return MassPlan(token_src, branch, branch_ptr, branch_src, node_src, int(n_src))
+    return MassPlan(*schedule, int(n_src))
