@@ -315,16 +315,10 @@ def _plan(leaf_token, child_ptr, child_idx, token_leaf):  # pragma: no cover - c
 def build_trie_arrays(
     codes: np.ndarray, offsets: np.ndarray, has_leaf: np.ndarray | None = None
 ) -> TrieArrays:
-    """Build the trie of ``len(offsets) - 1`` words.
+    """The trie of the words ``codes[offsets[i]:offsets[i + 1]]``, genlm-backend's numbering.
 
-    Args:
-        codes: Every word's letter codes, concatenated (int32; bytes are 0-255).
-        offsets: Word ``i`` is ``codes[offsets[i]:offsets[i + 1]]`` (int64).
-        has_leaf: Per word, whether it ends in a leaf (default: all). A leafless word
-            only creates its path (genlm-bytes' EOS node); its ``token_leaf`` is -1.
-
-    Returns:
-        The trie in genlm-backend's node numbering.
+    ``has_leaf`` (default: all) says which words end in a leaf; a leafless word only
+    creates its path (genlm-bytes' EOS node) and its ``token_leaf`` is -1.
     """
     codes = np.ascontiguousarray(codes, dtype=np.int32)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)

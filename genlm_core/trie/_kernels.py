@@ -113,17 +113,9 @@ def fill_batch(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Masses of every row of ``ws`` (B, V), rows spread over the thread pool.
 
-    Args:
-        plan: The trie's mass plan.
-        op: ``"sum"`` or ``"max"``.
-        ws: The weights, one row per distribution.
-        out_dtype: Dtype of the masses.
-        out: Where to write them, a C-contiguous ``(B, N)`` array of ``out_dtype``
-            (recycled memory, see :mod:`genlm_core.trie._outputs`); a new one if None.
-
-    Returns:
-        ``(masses (B, N) of out_dtype, bad (B,))``, ``bad[b]`` the first NaN of row
-        ``b`` or -1.
+    ``op`` is ``"sum"`` or ``"max"``; ``out`` a C-contiguous ``(B, N)`` array of
+    ``out_dtype`` to write into (a new one if None). Returns ``(masses, bad)``,
+    ``bad[b]`` the first NaN position of row ``b`` or -1.
     """
     if out is None:
         out = np.empty((ws.shape[0], plan.node_src.shape[0]), dtype=out_dtype)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
@@ -20,14 +21,12 @@ from genlm_core.trie.weights import as_batch
 __all__ = ["AsyncTokenByteTrie", "AsyncTokenCharacterTrie"]
 
 
+@dataclass(eq=False, slots=True)
 class _Request:
-    """One caller's request. Hashed by identity: weights are not hashable."""
+    """One caller's request. Hashed by identity (``eq=False``): weights are not hashable."""
 
-    __slots__ = ("op", "ws")
-
-    def __init__(self, op: Hashable, ws: Any) -> None:
-        self.op = op
-        self.ws = ws
+    op: Hashable
+    ws: Any
 
 
 class AsyncTokenCharacterTrie:
@@ -93,10 +92,7 @@ class AsyncTokenCharacterTrie:
         return await self._submit("max", ws)
 
     def start(self) -> None:
-        """Start batching on the running event loop (genlm-backend's ``start``).
-
-        Optional: the first request starts it. Calling it again, or on a loop where it
-        already runs, does nothing; after :meth:`cleanup` it starts afresh.
+        """Start batching on the running event loop (optional: the first request does).
 
         Raises:
             RuntimeError: Called outside a running event loop (from sync code).
@@ -180,18 +176,10 @@ class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
     async def log_weight_sum(self, logps: Any, mode: Any = None) -> np.ndarray:
         """``log(weight_sum(exp(logps), mode))``: log-masses from log-probabilities.
 
-        What a byte-level beam needs per state; concurrent calls (a beam step's
-        states, several beams) are one exp, one kernel call and one log, in the
-        worker thread. Each result is its own array, so keeping one keeps no other.
-
-        Args:
-            logps: Log-probabilities per token id (a model's next-token output).
-            mode: ``TrieMode.WITHOUT_EOS`` (default) or ``WITH_EOS``.
-
-        Returns:
-            Float64 array of shape ``(num_nodes,)`` (``-inf`` where the mass is 0): the
-            sums are exact to float32's precision, and their logs keep it (a float32
-            log of a mass near ``e**-40`` would be off by up to 4e-6).
+        Concurrent calls (a beam step's states) are one exp, one kernel call and one
+        log, in the worker thread. Returns a float64 array of shape ``(num_nodes,)``
+        (``-inf`` where the mass is 0), its own: float64 logs keep the float32 sums'
+        precision (a float32 log near ``e**-40`` would be off by up to 4e-6).
         """
         from genlm_core.trie.byte_trie import TrieMode
 

@@ -115,8 +115,6 @@ class TokenByteTrie:
         twin._batch_outputs = BatchOutputs(self._arrays.num_nodes, dtype)
         return twin
 
-    # -- construction helpers -------------------------------------------------------
-
     @staticmethod
     def _tokens(decode: Sequence[Any]) -> list[Any]:
         if not decode:
@@ -151,17 +149,11 @@ class TokenByteTrie:
         kids = a.child_idx[a.child_ptr[node] : a.child_ptr[node + 1]]
         return [int(a.leaf_token[c]) for c in kids if a.leaf_token[c] >= 0]
 
-    # -- masses ---------------------------------------------------------------------
-
     def weight_sum(self, ws: Any, mode: TrieMode | None = None) -> torch.Tensor:
-        """Sum of the weights of the tokens below every node.
+        """Sum of the weights (one per token id) of the tokens below every node.
 
-        Args:
-            ws: One weight per token id, shape ``(len(decode),)``.
-            mode: ``TrieMode.WITHOUT_EOS`` (default) or ``WITH_EOS``.
-
-        Returns:
-            Float32 tensor of shape ``(num_nodes,)``.
+        ``mode`` is ``TrieMode.WITHOUT_EOS`` (default) or ``WITH_EOS``. Returns a
+        float32 tensor of shape ``(num_nodes,)``.
         """
         return self.batch_weight_sum(as_vector(ws, len(self.decode), "weight_sum")[None], mode)[0]
 
@@ -187,14 +179,7 @@ class TokenByteTrie:
         return self._tensor(masses)
 
     def weight_max(self, ws: Any) -> torch.Tensor:
-        """Max weight of the tokens below every node (-inf where there are none).
-
-        Args:
-            ws: One weight per token id, shape ``(len(decode),)``.
-
-        Returns:
-            Float32 tensor of shape ``(num_nodes,)``.
-        """
+        """Max weight of the tokens below every node (-inf where there are none)."""
         return self.batch_weight_max(as_vector(ws, len(self.decode), "weight_max")[None])[0]
 
     def batch_weight_max(self, ws: Any) -> torch.Tensor:
@@ -221,8 +206,6 @@ class TokenByteTrie:
     def _tensor(self, masses: np.ndarray) -> torch.Tensor:
         out = torch.from_numpy(masses)
         return out if self.device == "cpu" else out.to(self.device)
-
-    # -- structure ------------------------------------------------------------------
 
     @property
     def num_nodes(self) -> int:

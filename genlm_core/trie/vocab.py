@@ -103,15 +103,7 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
 
 
 def encode_vocab(decode: Sequence[Any], owner: str = "a token trie") -> EncodedVocab:
-    """Encode a vocabulary for the trie builders.
-
-    Args:
-        decode: Entry ``i`` is the word whose weight is ``ws[i]``: a Token, plain
-            ``bytes`` (deprecated) or any other iterable of hashable letters.
-        owner: The trie class, named in the plain-bytes deprecation warning.
-
-    Returns:
-        The encoded vocabulary.
+    """Encode Tokens, plain ``bytes`` (deprecated: warns naming ``owner``) or iterables.
 
     Raises:
         InvalidVocabularyError: An entry is not iterable or has unhashable letters.
