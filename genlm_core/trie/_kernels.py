@@ -19,7 +19,7 @@ import numpy as np
 if TYPE_CHECKING:
     from genlm_core.trie._build import MassPlan
 
-__all__ = ["fill", "fill_batch", "fill_one"]
+__all__ = ["fill", "fill_batch"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -84,26 +84,6 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def _args(plan: MassPlan, op: str) -> tuple[object, ...]:
-    return (
-        plan.token_src,
-        plan.branch,
-        plan.branch_ptr,
-        plan.branch_src,
-        plan.node_src,
-        plan.num_sources,
-        op == "max",
-    )
-
-
-def fill_one(
-    plan: MassPlan, op: str, ws: np.ndarray, out_dtype: type = np.float64
-) -> tuple[np.ndarray, int]:
-    """Masses of one distribution ``ws`` (V,): ``(masses (N,), first NaN or -1)``."""
-    out = np.empty((1, plan.node_src.shape[0]), dtype=out_dtype)
-    return out[0], int(fill(*_args(plan, op), ws[None], out)[0])
-
-
 def fill_batch(
     plan: MassPlan,
     op: str,
@@ -119,7 +99,7 @@ def fill_batch(
     """
     if out is None:
         out = np.empty((ws.shape[0], plan.node_src.shape[0]), dtype=out_dtype)
-    args = _args(plan, op)
+    args = (*vars(plan).values(), op == "max")  # MassPlan's fields are fill's first arguments
     n = min(ws.shape[0], _num_threads())
     if n <= 1:
         return out, fill(*args, ws, out)

@@ -163,33 +163,24 @@ class CharacterTrieBase:
         return {leaf: word for word, leaf in self.word2leaf.items()}
 
     def _check_duplicates(self) -> None:
-        # The builder reports neighbours with equal words in sorted order: (a, b),
-        # (b, c), ... Within each run of equal words, word2leaf keys must differ.
-        runs: list[list[int]] = []
-        for i, j in self._arrays.duplicates.tolist():
-            if runs and runs[-1][-1] == i:
-                runs[-1].append(j)
-            else:
-                runs.append([i, j])
-        vocab = self._vocab
-        for run in runs:
-            seen: dict[Hashable, int] = {}
-            for pos in run:
-                kind = vocab.kind(pos)
-                key = (kind, word_key(self.decode[pos], kind))
-                first = seen.setdefault(key, pos)
-                if first == pos:
-                    continue
-                hint = {
-                    TOKEN: "the same Token appears twice",
-                    PLAIN_BYTES: "plain bytes must be unique; pass Tokens (decode_vocab) "
-                    "so several token ids may spell the same bytes",
-                    OTHER: "entries must be unique",
-                }[kind]
-                raise InvalidVocabularyError(  # genlm-backend's words, then the details
-                    f"Duplicate word in vocabulary: decode[{pos}] = {self.decode[pos]!r} "
-                    f"repeats decode[{first}] = {self.decode[first]!r}; {hint}"
-                )
+        # Entries spelling the same word as another must have distinct word2leaf keys
+        # (keys of different words differ: they contain the word).
+        seen: dict[Hashable, int] = {}
+        for pos in np.unique(self._arrays.duplicates).tolist():
+            kind = self._vocab.kind(pos)
+            first = seen.setdefault((kind, word_key(self.decode[pos], kind)), pos)
+            if first == pos:
+                continue
+            hint = {
+                TOKEN: "the same Token appears twice",
+                PLAIN_BYTES: "plain bytes must be unique; pass Tokens (decode_vocab) "
+                "so several token ids may spell the same bytes",
+                OTHER: "entries must be unique",
+            }[kind]
+            raise InvalidVocabularyError(  # genlm-backend's words, then the details
+                f"Duplicate word in vocabulary: decode[{pos}] = {self.decode[pos]!r} "
+                f"repeats decode[{first}] = {self.decode[first]!r}; {hint}"
+            )
 
     def _vector(self, ws: Any, what: str) -> Any:
         """One distribution as :meth:`_fill` takes it (a subclass may keep it on its device)."""

@@ -45,7 +45,8 @@ class TokenCharacterTrie(CharacterTrieBase):
         return arrays
 
     def _fill_one(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, int]:
-        return _kernels.fill_one(self._plan, op, ws, self.out_dtype)
+        masses, bad = _kernels.fill_batch(self._plan, op, ws[None], self.out_dtype)
+        return masses[0], int(bad[0])
 
     def _fill(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         out = self._batch_outputs.empty(ws.shape[0])

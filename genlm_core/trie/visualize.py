@@ -12,17 +12,6 @@ if TYPE_CHECKING:
 __all__ = ["visualize"]
 
 
-def _graphviz() -> Any:
-    try:
-        import graphviz
-    except ImportError:
-        raise ImportError(
-            "visualize() needs the graphviz Python package: pip install graphviz "
-            "(and the Graphviz binaries to render, e.g. apt-get install graphviz)"
-        ) from None
-    return graphviz
-
-
 def visualize(trie: CharacterTrieBase, ws: Any = None) -> Any:
     """Build a ``graphviz.Digraph`` of ``trie``.
 
@@ -38,7 +27,13 @@ def visualize(trie: CharacterTrieBase, ws: Any = None) -> Any:
         ImportError: The graphviz package is not installed.
         ValueError: ``ws`` does not have one value per node.
     """
-    graphviz = _graphviz()
+    try:
+        import graphviz
+    except ImportError:
+        raise ImportError(
+            "visualize() needs the graphviz Python package: pip install graphviz "
+            "(and the Graphviz binaries to render, e.g. apt-get install graphviz)"
+        ) from None
     n = len(trie.children)
     values = None
     if ws is not None:
