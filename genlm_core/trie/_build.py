@@ -42,7 +42,6 @@ class TrieArrays:
         parent: ``parent[v]`` (int32), ``-1`` for the root; always ``parent[v] > v``.
         label: Edge code into ``v`` (int32): a byte or letter code, ``-1`` for a leaf edge.
         leaf_token: Vocabulary position of leaf ``v`` (int32), ``-1`` for inner nodes.
-        depth: Length of the prefix of ``v`` (int32); a leaf has its parent's depth.
         child_ptr: CSR row pointers (int64, ``N + 1``) into ``child_idx``.
         child_idx: Children of each node, ascending (int32).
         token_leaf: Leaf node of each vocabulary position (int32).
@@ -52,7 +51,6 @@ class TrieArrays:
     parent: np.ndarray
     label: np.ndarray
     leaf_token: np.ndarray
-    depth: np.ndarray
     child_ptr: np.ndarray
     child_idx: np.ndarray
     token_leaf: np.ndarray
@@ -167,11 +165,9 @@ def _build_preorder(codes, offsets, order, has_leaf):  # pragma: no cover - comp
     parent = np.empty(total, np.int64)
     label = np.empty(total, np.int32)
     token = np.full(total, -1, np.int32)
-    depth = np.empty(total, np.int32)
     path = np.empty(max_len + 1, np.int64)  # path[d] = node of the current word at depth d
     parent[0] = -1
     label[0] = -1
-    depth[0] = 0
     path[0] = 0
     nxt = 1
     for k in range(n):
@@ -181,7 +177,6 @@ def _build_preorder(codes, offsets, order, has_leaf):  # pragma: no cover - comp
         for d in range(lcp[k], length):
             parent[nxt] = path[d]
             label[nxt] = codes[start + d]
-            depth[nxt] = d + 1
             path[d + 1] = nxt
             nxt += 1
         if not has_leaf[t]:
@@ -189,13 +184,12 @@ def _build_preorder(codes, offsets, order, has_leaf):  # pragma: no cover - comp
         parent[nxt] = path[length]
         label[nxt] = -1
         token[nxt] = t
-        depth[nxt] = length
         nxt += 1
-    return parent, label, token, depth, same_as_prev
+    return parent, label, token, same_as_prev
 
 
 @numba.njit(cache=True, nogil=True)
-def _renumber(parent, label, token, depth, n_tokens):  # pragma: no cover - compiled
+def _renumber(parent, label, token, n_tokens):  # pragma: no cover - compiled
     """Renumber pre-order nodes into genlm-backend's post-order (children by first insertion)."""
     total = parent.shape[0]
     # key = smallest vocabulary position below a node: the order genlm-backend's dicts
@@ -250,7 +244,6 @@ def _renumber(parent, label, token, depth, n_tokens):  # pragma: no cover - comp
     new_parent = np.empty(total, np.int32)
     new_label = np.empty(total, np.int32)
     new_token = np.empty(total, np.int32)
-    new_depth = np.empty(total, np.int32)
     token_leaf = np.full(n_tokens, -1, np.int32)
     nchild = np.zeros(total, np.int64)
     for v in range(total):
@@ -258,7 +251,6 @@ def _renumber(parent, label, token, depth, n_tokens):  # pragma: no cover - comp
         new_parent[w] = post[parent[v]] if v > 0 else -1
         new_label[w] = label[v]
         new_token[w] = token[v]
-        new_depth[w] = depth[v]
         nchild[w] = ptr[v + 1] - ptr[v]
         if token[v] >= 0:
             token_leaf[token[v]] = w
@@ -270,7 +262,7 @@ def _renumber(parent, label, token, depth, n_tokens):  # pragma: no cover - comp
         base = child_ptr[post[u]]
         for k in range(ptr[u], ptr[u + 1]):
             child_idx[base + k - ptr[u]] = post[kids[k]]
-    return new_parent, new_label, new_token, new_depth, child_ptr, child_idx, token_leaf
+    return new_parent, new_label, new_token, child_ptr, child_idx, token_leaf
 
 
 @numba.njit(cache=True, nogil=True)
@@ -328,11 +320,11 @@ def build_trie_arrays(
     if has_leaf is None:
         has_leaf = np.ones(n_tokens, dtype=np.bool_)
     has_leaf = np.ascontiguousarray(has_leaf, dtype=np.bool_)
-    parent, label, token, depth, same = _build_preorder(codes, offsets, order, has_leaf)
+    parent, label, token, same = _build_preorder(codes, offsets, order, has_leaf)
     dup = np.flatnonzero(same)
     duplicates = np.stack([order[dup - 1], order[dup]], axis=1).astype(np.int64)
     # _renumber returns the fields of TrieArrays in order, all but ``duplicates``.
-    return TrieArrays(*_renumber(parent, label, token, depth, n_tokens), duplicates)
+    return TrieArrays(*_renumber(parent, label, token, n_tokens), duplicates)
 
 
 def plan_masses(arrays: TrieArrays) -> MassPlan:

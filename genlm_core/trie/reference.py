@@ -65,19 +65,14 @@ class ReferenceTokenCharacterTrie(CharacterTrieBase):
         new[order] = np.arange(len(order))
         n = len(order)
         parent = np.full(n, -1, dtype=np.int32)
-        depth = np.zeros(n, dtype=np.int32)
         child_ptr = np.zeros(n + 1, dtype=np.int64)
         child_idx = []
-        for old in order:  # children before parents: depth is filled top-down below
+        for old in order:
             kids = sorted(new[c] for c in children[old].values())
             child_idx.extend(kids)
             child_ptr[new[old] + 1] = len(kids)
             for c in kids:
                 parent[c] = new[old]
-        for old in reversed(order):  # parents before children
-            v = new[old]
-            if parent[v] >= 0:
-                depth[v] = depth[parent[v]] + (1 if label[old] >= 0 else 0)
         np.cumsum(child_ptr, out=child_ptr)
         # child_idx was appended in post-order of parents, which is ascending new id.
         lab = np.empty(n, dtype=np.int32)
@@ -91,7 +86,6 @@ class ReferenceTokenCharacterTrie(CharacterTrieBase):
             parent=parent,
             label=lab,
             leaf_token=tok,
-            depth=depth,
             child_ptr=child_ptr,
             child_idx=np.asarray(child_idx, dtype=np.int32),
             token_leaf=token_leaf,
@@ -117,7 +111,9 @@ class ReferenceTokenCharacterTrie(CharacterTrieBase):
     @functools.cached_property
     def _levels(self) -> list[np.ndarray]:
         """Non-root nodes grouped by distance from the root, deepest first."""
-        a = self._arrays
-        level = a.depth + (a.leaf_token >= 0)
+        parent = self._arrays.parent.tolist()
+        level = np.zeros(self.num_nodes, dtype=np.int64)
+        for v in range(self.num_nodes - 2, -1, -1):  # a parent is numbered above its children
+            level[v] = level[parent[v]] + 1
         nodes = np.arange(self.num_nodes - 1)
         return [nodes[level[:-1] == d] for d in range(int(level.max(initial=0)), 0, -1)]
