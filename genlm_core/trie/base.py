@@ -56,12 +56,7 @@ class CharacterTrieBase:
         raise NotImplementedError
 
     def _fill(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Masses of every row of ``ws`` (B, V).
-
-        Returns:
-            ``(masses (B, N) of out_dtype, bad (B,))`` where ``bad[b]`` is the first
-            vocabulary position of row ``b`` whose weight is NaN, or -1.
-        """
+        """Masses ``(B, N)`` of every row of ``ws`` (B, V), and each row's first NaN or -1."""
         raise NotImplementedError
 
     def _fill_one(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, int]:

@@ -21,12 +21,10 @@ __all__ = ["ParallelTokenCharacterTrie", "TokenCharacterTrie"]
 
 
 class TokenCharacterTrie(CharacterTrieBase):
-    """Token weights -> masses of every prefix, on the CPU (numba).
+    """Token weights -> masses of every prefix, on the CPU (numba, exact float64 sums).
 
-    Built from sorted words in flat arrays (no Python object per node); node masses
-    come from exact float64 kernels; the rows of a batch are spread over the cores.
-    Node numbering, ``children``, ``word2leaf``, ``leaf2word`` and ``node2prefix``
-    are genlm-backend 0.3.1's, so its results index the same way.
+    Node numbering and the dict attributes are genlm-backend 0.3.1's, so its results
+    index the same way; the rows of a batch are spread over the cores.
 
     Args:
         decode: The vocabulary; entry ``i`` gets weight ``ws[i]``. See

@@ -61,10 +61,6 @@ class ChildrenView(Sequence[dict[Hashable, int]]):
         self._cache[node] = edges
         return edges
 
-    def __iter__(self) -> Iterator[dict[Hashable, int]]:
-        for i in range(len(self)):
-            yield self[i]
-
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ChildrenView | list):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
