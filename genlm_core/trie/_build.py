@@ -245,18 +245,16 @@ def _renumber(parent, label, token, n_tokens):  # pragma: no cover - compiled
     new_label = np.empty(total, np.int32)
     new_token = np.empty(total, np.int32)
     token_leaf = np.full(n_tokens, -1, np.int32)
-    nchild = np.zeros(total, np.int64)
+    child_ptr = np.zeros(total + 1, np.int64)  # child counts, then their prefix sums
     for v in range(total):
         w = post[v]
         new_parent[w] = post[parent[v]] if v > 0 else -1
         new_label[w] = label[v]
         new_token[w] = token[v]
-        nchild[w] = ptr[v + 1] - ptr[v]
+        child_ptr[w + 1] = ptr[v + 1] - ptr[v]
         if token[v] >= 0:
             token_leaf[token[v]] = w
-    child_ptr = np.zeros(total + 1, np.int64)
-    for w in range(total):
-        child_ptr[w + 1] = child_ptr[w] + nchild[w]
+    child_ptr = np.cumsum(child_ptr)
     child_idx = np.empty(max(total - 1, 0), np.int32)
     for u in range(total):
         base = child_ptr[post[u]]

@@ -214,10 +214,9 @@ class TokenByteTrie:
 
     @functools.cached_property
     def children(self) -> ChildrenView:
-        """``children[node]``: edge -> child.
+        """``children[node]``: edge -> child; a byte (int), atomic string, ``EOS`` or leaf key.
 
-        Edges are bytes (ints), atomic byte strings, ``EOS``, and
-        ``(eot_sentinel, token_id)`` for a leaf.
+        A leaf's edge is keyed ``(eot_sentinel, token_id)``.
         """
         ids, sentinel = self._ids, self.eot_sentinel
         return ChildrenView(self._arrays, self._letter, lambda pos: (sentinel, int(ids[pos])))

@@ -13,15 +13,10 @@ __all__ = ["visualize"]
 
 
 def visualize(trie: CharacterTrieBase, ws: Any = None) -> Any:
-    """Build a ``graphviz.Digraph`` of ``trie``.
+    """A ``graphviz.Digraph`` of ``trie`` (render it, or display it in a notebook).
 
-    Args:
-        trie: Any trie of this package.
-        ws: Optional node-indexed values (e.g. from ``weight_sum``), shape
-            ``(len(trie.children),)``, shown in each node and used to shade it.
-
-    Returns:
-        The graph (render it with ``.render()`` or display it in a notebook).
+    ``ws``: optional node-indexed values (e.g. from ``weight_sum``), shown in each
+    node and used to shade it.
 
     Raises:
         ImportError: The graphviz package is not installed.

@@ -81,11 +81,7 @@ def _outside_stacklevel() -> int:
 
 
 def warn_plain_bytes(owner: str = "a token trie") -> None:
-    """Warn (pointing at the user's call) that plain bytes vocabularies are deprecated.
-
-    Args:
-        owner: The trie class, named in the message as genlm-backend's warning did.
-    """
+    """Warn (at the user's call, naming the ``owner`` trie) that plain bytes are deprecated."""
     stacklevel = _outside_stacklevel()
     warnings.warn(
         f"Passing plain bytes to {owner} is deprecated: pass Token objects "
