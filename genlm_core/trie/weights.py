@@ -36,19 +36,11 @@ def real_tensor(ws: Any) -> Any:
     return ws
 
 
-def _torch_to_numpy(ws: Any) -> np.ndarray | None:
-    torch = sys.modules.get("torch")  # a tensor can only exist if torch is imported
-    if torch is None or not isinstance(ws, torch.Tensor):
-        return None
-    ws = real_tensor(ws)
-    if ws.device.type != "cpu":
-        ws = ws.cpu()
-    return ws.numpy()
-
-
 def _to_array(ws: Any, what: str) -> np.ndarray:
-    arr = _torch_to_numpy(ws)
-    if arr is None:
+    torch = sys.modules.get("torch")  # a tensor can only exist if torch is imported
+    if torch is not None and isinstance(ws, torch.Tensor):
+        arr = real_tensor(ws).cpu().numpy()  # cpu() returns a CPU tensor itself, no copy
+    else:
         try:
             arr = np.asarray(ws)
         except (ValueError, TypeError) as exc:
