@@ -100,7 +100,7 @@ def measure_bandwidth(megabytes: int = 512, repeats: int = 10) -> float:
 
 
 def weight_sum_traffic(trie, ws: np.ndarray) -> dict[str, int]:
-    """Bytes one ``weight_sum`` must move, counted from the arrays ``_kernels._fill_sum`` touches.
+    """Bytes one ``weight_sum`` must move, counted from the arrays ``_kernels._fill_row`` touches.
 
     Read: the weights, ``token_src`` (where each weight goes), ``branch``,
     ``branch_ptr``, ``branch_src`` (which sources each branch node adds) and

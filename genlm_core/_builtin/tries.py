@@ -24,69 +24,61 @@ def _cuda_available() -> Availability:
     return Availability.yes("CUDA")
 
 
+_SPECS = (
+    TrieSpec(
+        name="numba",
+        loader="genlm_core.trie.cpu:TokenCharacterTrie",
+        priority=100,
+        check=_numba_available,
+        kind="character",
+        description="flat arrays + exact numba kernels, batches parallel across cores",
+    ),
+    TrieSpec(
+        name="torch-cuda",
+        loader="genlm_core.trie.torch_trie:cuda_trie",
+        priority=50,
+        check=_cuda_available,
+        kind="character",
+        description="torch sparse products on a CUDA GPU, float32 (below numba: "
+        "model outputs arrive on the CPU)",
+    ),
+    TrieSpec(
+        name="reference",
+        loader="genlm_core.trie.reference:ReferenceTokenCharacterTrie",
+        priority=10,
+        kind="character",
+        description="dicts + NumPy: slow, simple, the oracle for the others",
+    ),
+    # genlm-backend's AsyncTokenCharacterTrie.from_vocab(backend=...) names.
+    TrieSpec(
+        name="sequential",
+        loader="genlm_core.trie.cpu:TokenCharacterTrie",
+        auto=False,
+        check=_numba_available,
+        kind="character",
+        description="genlm-backend name: TokenCharacterTrie (same as numba)",
+    ),
+    TrieSpec(
+        name="parallel",
+        loader="genlm_core.trie.cpu:ParallelTokenCharacterTrie",
+        auto=False,
+        check=_numba_available,
+        kind="character",
+        description="genlm-backend name: ParallelTokenCharacterTrie (float32; CUDA when available)",
+    ),
+    TrieSpec(
+        name="numba-byte",
+        loader="genlm_core.trie.byte_trie:TokenByteTrie",
+        priority=100,
+        check=_numba_available,
+        kind="byte",
+        description="genlm-bytes' TokenByteTrie (EOS modes, token-id weights) on the numba kernels",
+    ),
+)
+
+
 @hookimpl
 def genlm_register_tries(register):
     """Register the built-in trie implementations."""
-    register(
-        TrieSpec(
-            name="numba",
-            loader="genlm_core.trie.cpu:TokenCharacterTrie",
-            priority=100,
-            check=_numba_available,
-            kind="character",
-            description="flat arrays + exact numba kernels, batches parallel across cores",
-        )
-    )
-    register(
-        TrieSpec(
-            name="torch-cuda",
-            loader="genlm_core.trie.torch_trie:cuda_trie",
-            priority=50,
-            check=_cuda_available,
-            kind="character",
-            description="torch sparse products on a CUDA GPU, float32 (below numba: "
-            "model outputs arrive on the CPU)",
-        )
-    )
-    register(
-        TrieSpec(
-            name="reference",
-            loader="genlm_core.trie.reference:ReferenceTokenCharacterTrie",
-            priority=10,
-            kind="character",
-            description="dicts + NumPy: slow, simple, the oracle for the others",
-        )
-    )
-    # genlm-backend's AsyncTokenCharacterTrie.from_vocab(backend=...) names.
-    register(
-        TrieSpec(
-            name="sequential",
-            loader="genlm_core.trie.cpu:TokenCharacterTrie",
-            auto=False,
-            check=_numba_available,
-            kind="character",
-            description="genlm-backend name: TokenCharacterTrie (same as numba)",
-        )
-    )
-    register(
-        TrieSpec(
-            name="parallel",
-            loader="genlm_core.trie.cpu:ParallelTokenCharacterTrie",
-            auto=False,
-            check=_numba_available,
-            kind="character",
-            description="genlm-backend name: ParallelTokenCharacterTrie (float32; CUDA "
-            "when available)",
-        )
-    )
-    register(
-        TrieSpec(
-            name="numba-byte",
-            loader="genlm_core.trie.byte_trie:TokenByteTrie",
-            priority=100,
-            check=_numba_available,
-            kind="byte",
-            description="genlm-bytes' TokenByteTrie (EOS modes, token-id weights) on the "
-            "numba kernels",
-        )
-    )
+    for spec in _SPECS:
+        register(spec)

@@ -1,13 +1,4 @@
-"""Build a token trie as flat arrays, without one Python object per node.
-
-The words (one code sequence per vocabulary entry) are sorted, the longest common
-prefix of neighbours gives the shared nodes, and a stack walk creates the rest in
-lexicographic pre-order. The nodes are then renumbered in the order genlm-backend
-0.3.1 uses (a post-order walk visiting each node's children in the order they
-were first inserted), so node-indexed results match genlm-backend's exactly.
-
-All loops are numba kernels; the whole build is O(total length + N log N).
-"""
+"""Build a token trie as flat arrays, in genlm-backend's node numbering (docs/tries.md)."""
 
 from __future__ import annotations
 
@@ -21,14 +12,10 @@ __all__ = ["MassPlan", "TrieArrays", "build_trie_arrays", "plan_masses"]
 
 @dataclass(frozen=True)
 class MassPlan:
-    """The schedule of the mass kernels.
+    """The schedule of the mass kernels (docs/tries.md); its fields are their first arguments.
 
-    A node's *source* is the node itself for a leaf or a branch node (an inner node
-    without exactly one child), and the source of its only child otherwise: a chain
-    of single-child nodes has one mass (three quarters of the inner nodes of a BPE
-    vocabulary's trie are such chain links). The kernels compute the sources only,
-    in a compact float64 scratch array, then write every node's mass from its
-    source in one sequential pass.
+    A *source* is a leaf or a branch node (an inner node without exactly one child); a
+    chain of single-child nodes shares the mass of its bottom node's source.
 
     Attributes:
         token_src: Source index (into the scratch) of each token's leaf (int32).
@@ -55,7 +42,6 @@ class TrieArrays:
         parent: ``parent[v]`` (int32), ``-1`` for the root; always ``parent[v] > v``.
         label: Edge code into ``v`` (int32): a byte or letter code, ``-1`` for a leaf edge.
         leaf_token: Vocabulary position of leaf ``v`` (int32), ``-1`` for inner nodes.
-        depth: Length of the prefix of ``v`` (int32); a leaf has its parent's depth.
         child_ptr: CSR row pointers (int64, ``N + 1``) into ``child_idx``.
         child_idx: Children of each node, ascending (int32).
         token_leaf: Leaf node of each vocabulary position (int32).
@@ -65,7 +51,6 @@ class TrieArrays:
     parent: np.ndarray
     label: np.ndarray
     leaf_token: np.ndarray
-    depth: np.ndarray
     child_ptr: np.ndarray
     child_idx: np.ndarray
     token_leaf: np.ndarray
@@ -159,52 +144,39 @@ def _lcp(codes, offsets, i, j):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _build_preorder(codes, offsets, order, has_leaf):  # pragma: no cover - compiled
-    """Create the nodes in lexicographic pre-order with a stack walk over sorted words."""
+    """Create the nodes in lexicographic pre-order with a stack walk over sorted words.
+
+    Also flags each word equal to the one sorted before it (``same_as_prev``).
+    """
     n = order.shape[0]
     lcp = np.zeros(n, np.int64)
-    total = 1
-    for k in range(n):
-        if has_leaf[k]:
-            total += 1
-    num_dup = 0
+    same_as_prev = np.zeros(n, np.bool_)
+    total = 1 + has_leaf.sum()
+    max_len = 0
     for k in range(n):
         t = order[k]
         length = offsets[t + 1] - offsets[t]
+        max_len = max(max_len, length)
         if k > 0:
             lcp[k] = _lcp(codes, offsets, order[k - 1], t)
             prev = order[k - 1]
-            if lcp[k] == length and offsets[prev + 1] - offsets[prev] == length:
-                num_dup += 1
+            same_as_prev[k] = lcp[k] == length and offsets[prev + 1] - offsets[prev] == length
         total += length - lcp[k]
     parent = np.empty(total, np.int64)
     label = np.empty(total, np.int32)
     token = np.full(total, -1, np.int32)
-    depth = np.empty(total, np.int32)
-    duplicates = np.empty((num_dup, 2), np.int64)
-    max_len = 0
-    for k in range(n):
-        max_len = max(max_len, offsets[order[k] + 1] - offsets[order[k]])
     path = np.empty(max_len + 1, np.int64)  # path[d] = node of the current word at depth d
     parent[0] = -1
     label[0] = -1
-    depth[0] = 0
     path[0] = 0
     nxt = 1
-    d_i = 0
     for k in range(n):
         t = order[k]
         start = offsets[t]
         length = offsets[t + 1] - start
-        if k > 0:
-            prev = order[k - 1]
-            if lcp[k] == length and offsets[prev + 1] - offsets[prev] == length:
-                duplicates[d_i, 0] = prev
-                duplicates[d_i, 1] = t
-                d_i += 1
         for d in range(lcp[k], length):
             parent[nxt] = path[d]
             label[nxt] = codes[start + d]
-            depth[nxt] = d + 1
             path[d + 1] = nxt
             nxt += 1
         if not has_leaf[t]:
@@ -212,13 +184,12 @@ def _build_preorder(codes, offsets, order, has_leaf):  # pragma: no cover - comp
         parent[nxt] = path[length]
         label[nxt] = -1
         token[nxt] = t
-        depth[nxt] = length
         nxt += 1
-    return parent, label, token, depth, duplicates
+    return parent, label, token, same_as_prev
 
 
 @numba.njit(cache=True, nogil=True)
-def _renumber(parent, label, token, depth, n_tokens):  # pragma: no cover - compiled
+def _renumber(parent, label, token, n_tokens):  # pragma: no cover - compiled
     """Renumber pre-order nodes into genlm-backend's post-order (children by first insertion)."""
     total = parent.shape[0]
     # key = smallest vocabulary position below a node: the order genlm-backend's dicts
@@ -273,35 +244,23 @@ def _renumber(parent, label, token, depth, n_tokens):  # pragma: no cover - comp
     new_parent = np.empty(total, np.int32)
     new_label = np.empty(total, np.int32)
     new_token = np.empty(total, np.int32)
-    new_depth = np.empty(total, np.int32)
     token_leaf = np.full(n_tokens, -1, np.int32)
-    nchild = np.zeros(total, np.int64)
+    child_ptr = np.zeros(total + 1, np.int64)  # child counts, then their prefix sums
     for v in range(total):
         w = post[v]
         new_parent[w] = post[parent[v]] if v > 0 else -1
         new_label[w] = label[v]
         new_token[w] = token[v]
-        new_depth[w] = depth[v]
-        nchild[w] = ptr[v + 1] - ptr[v]
+        child_ptr[w + 1] = ptr[v + 1] - ptr[v]
         if token[v] >= 0:
             token_leaf[token[v]] = w
-    child_ptr = np.zeros(total + 1, np.int64)
-    for w in range(total):
-        child_ptr[w + 1] = child_ptr[w] + nchild[w]
+    child_ptr = np.cumsum(child_ptr)
     child_idx = np.empty(max(total - 1, 0), np.int32)
     for u in range(total):
         base = child_ptr[post[u]]
         for k in range(ptr[u], ptr[u + 1]):
             child_idx[base + k - ptr[u]] = post[kids[k]]
-    return (
-        new_parent,
-        new_label,
-        new_token,
-        new_depth,
-        child_ptr,
-        child_idx,
-        token_leaf,
-    )
+    return new_parent, new_label, new_token, child_ptr, child_idx, token_leaf
 
 
 @numba.njit(cache=True, nogil=True)
@@ -346,16 +305,10 @@ def _plan(leaf_token, child_ptr, child_idx, token_leaf):  # pragma: no cover - c
 def build_trie_arrays(
     codes: np.ndarray, offsets: np.ndarray, has_leaf: np.ndarray | None = None
 ) -> TrieArrays:
-    """Build the trie of ``len(offsets) - 1`` words.
+    """The trie of the words ``codes[offsets[i]:offsets[i + 1]]``, genlm-backend's numbering.
 
-    Args:
-        codes: Every word's letter codes, concatenated (int32; bytes are 0-255).
-        offsets: Word ``i`` is ``codes[offsets[i]:offsets[i + 1]]`` (int64).
-        has_leaf: Per word, whether it ends in a leaf (default: all). A leafless word
-            only creates its path (genlm-bytes' EOS node); its ``token_leaf`` is -1.
-
-    Returns:
-        The trie in genlm-backend's node numbering.
+    ``has_leaf`` (default: all) says which words end in a leaf; a leafless word only
+    creates its path (genlm-bytes' EOS node) and its ``token_leaf`` is -1.
     """
     codes = np.ascontiguousarray(codes, dtype=np.int32)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
@@ -365,19 +318,11 @@ def build_trie_arrays(
     if has_leaf is None:
         has_leaf = np.ones(n_tokens, dtype=np.bool_)
     has_leaf = np.ascontiguousarray(has_leaf, dtype=np.bool_)
-    parent, label, token, depth, duplicates = _build_preorder(codes, offsets, order, has_leaf)
-    out = _renumber(parent, label, token, depth, n_tokens)
-    parent, label, token, depth, child_ptr, child_idx, token_leaf = out
-    return TrieArrays(
-        parent=parent,
-        label=label,
-        leaf_token=token,
-        depth=depth,
-        child_ptr=child_ptr,
-        child_idx=child_idx,
-        token_leaf=token_leaf,
-        duplicates=duplicates,
-    )
+    parent, label, token, same = _build_preorder(codes, offsets, order, has_leaf)
+    dup = np.flatnonzero(same)
+    duplicates = np.stack([order[dup - 1], order[dup]], axis=1).astype(np.int64)
+    # _renumber returns the fields of TrieArrays in order, all but ``duplicates``.
+    return TrieArrays(*_renumber(parent, label, token, n_tokens), duplicates)
 
 
 def plan_masses(arrays: TrieArrays) -> MassPlan:
@@ -386,7 +331,7 @@ def plan_masses(arrays: TrieArrays) -> MassPlan:
     A leafless word (``token_leaf == -1``) gets source -1: replace ``token_src``
     before running the kernels on such a plan.
     """
-    token_src, branch, branch_ptr, branch_src, node_src, n_src = _plan(
+    *schedule, n_src = _plan(
         arrays.leaf_token, arrays.child_ptr, arrays.child_idx, arrays.token_leaf
     )
-    return MassPlan(token_src, branch, branch_ptr, branch_src, node_src, int(n_src))
+    return MassPlan(*schedule, int(n_src))

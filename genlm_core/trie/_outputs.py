@@ -1,15 +1,7 @@
 """Recycled memory for the ``(batch, nodes)`` mass arrays of batch trie queries.
 
-Why. A batch's masses are large (32 distributions over Llama-3's 404k nodes: 52 MB
-of float32) and allocations that large are fresh ``mmap`` pages every time: their
-first-touch page faults cost as much as the kernel that fills them (measured on this
-project's 2-core machine: 17.6 ms into fresh memory against 10.4 ms into memory
-touched before). Each output is a pooled block (:class:`~genlm_core.runtime.RowPool`,
-one "row" of ``batch * nodes`` values); it comes back to the pool when nothing uses
-it any more, so the next batch of the same size writes into warm pages.
-
-At most one free block is kept per batch size, for the two most recent sizes: a
-trie holds at most two spare outputs.
+Fresh large allocations cost page faults as long as the kernel (docs/tries.md): each
+output is a pooled block that returns to its pool once unused.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """``AsyncTokenCharacterTrie``: concurrent ``await weight_sum(ws)`` calls, batched.
 
-Each request becomes one key of a :class:`~genlm_core.runtime.AutoBatcher`; the
-batch function groups the keys by operation and makes one ``batch_weight_sum`` /
-``batch_weight_max`` call per group, in the batcher's worker thread (the numba
-kernels release the GIL, so the event loop keeps running meanwhile).
-
-Failures: an error of the batch (the trie raised) reaches every caller of that
-batch, and the next batch runs normally. Bad input of one caller (NaN, wrong
-shape) fails only that caller: the group is then recomputed request by request.
+Bad input of one caller fails only that caller; an error of the batch reaches all of
+its callers (docs/tries.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Self
 
 import numpy as np
 
@@ -26,14 +21,12 @@ from genlm_core.trie.weights import as_batch
 __all__ = ["AsyncTokenByteTrie", "AsyncTokenCharacterTrie"]
 
 
+@dataclass(eq=False, slots=True)
 class _Request:
-    """One caller's request. Hashed by identity: weights are not hashable."""
+    """One caller's request. Hashed by identity (``eq=False``): weights are not hashable."""
 
-    __slots__ = ("op", "ws")
-
-    def __init__(self, op: Hashable, ws: Any) -> None:
-        self.op = op
-        self.ws = ws
+    op: Hashable
+    ws: Any
 
 
 class AsyncTokenCharacterTrie:
@@ -53,6 +46,9 @@ class AsyncTokenCharacterTrie:
         await trie.cleanup()
     """
 
+    #: The registry kind ``from_vocab`` picks from.
+    _trie_kind = "character"
+
     def __init__(self, trie: CharacterTrie, *, max_batch_size: int = 64, max_wait: float = 0.0):
         self.trie = trie
         self.max_batch_size = max_batch_size
@@ -65,20 +61,17 @@ class AsyncTokenCharacterTrie:
         )
 
     @classmethod
-    def from_vocab(
-        cls, vocab: Sequence[Any], backend: str | None = None, **kwargs: Any
-    ) -> AsyncTokenCharacterTrie:
+    def from_vocab(cls, vocab: Sequence[Any], backend: str | None = None, **kwargs: Any) -> Self:
         """Build a trie over ``vocab`` with a registered implementation and wrap it.
 
         Args:
             vocab: The vocabulary (``lm.byte_vocab``).
-            backend: A registered trie name (``genlm backends`` lists them: ``numba``,
-                ``reference``, ``torch-cuda``, and genlm-backend's ``sequential`` and
-                ``parallel``), or None for the best available one.
-            **kwargs: Passed to the trie's constructor (e.g. ``device=``).
-
-        Returns:
-            The asynchronous trie.
+            backend: A registered trie name of this class's kind (``genlm backends``
+                lists them; character tries: ``numba``, ``reference``, ``torch-cuda``,
+                and genlm-backend's ``sequential`` and ``parallel``; byte tries:
+                ``numba-byte``), or None for the best available one.
+            **kwargs: Passed to the trie's constructor (e.g. ``device=``, or
+                ``eos_byte_strings=`` for a byte trie).
 
         Raises:
             UnknownBackendError: No implementation is registered as ``backend``
@@ -87,36 +80,19 @@ class AsyncTokenCharacterTrie:
         """
         from genlm_core.plugins import TrieRegistry, get_plugin_manager
 
-        registration = TrieRegistry(get_plugin_manager()).pick("character", backend)
+        registration = TrieRegistry(get_plugin_manager()).pick(cls._trie_kind, backend)
         return cls(registration.spec.load()(vocab, **kwargs))
 
     async def weight_sum(self, ws: Any) -> np.ndarray:
-        """Queue a ``weight_sum``; concurrent calls are computed as one batch.
-
-        Args:
-            ws: One weight per vocabulary entry, shape ``(len(trie.decode),)``.
-
-        Returns:
-            Node-indexed sums, shape ``(len(trie.children),)``.
-        """
+        """Queue a ``weight_sum`` of ``ws``; concurrent calls are computed as one batch."""
         return await self._submit("sum", ws)
 
     async def weight_max(self, ws: Any) -> np.ndarray:
-        """Queue a ``weight_max``; concurrent calls are computed as one batch.
-
-        Args:
-            ws: One weight per vocabulary entry, shape ``(len(trie.decode),)``.
-
-        Returns:
-            Node-indexed maxima, shape ``(len(trie.children),)``.
-        """
+        """Queue a ``weight_max`` of ``ws``; concurrent calls are batched."""
         return await self._submit("max", ws)
 
     def start(self) -> None:
-        """Start batching on the running event loop (genlm-backend's ``start``).
-
-        Optional: the first request starts it. Calling it again, or on a loop where it
-        already runs, does nothing; after :meth:`cleanup` it starts afresh.
+        """Start batching on the running event loop (optional: the first request does).
 
         Raises:
             RuntimeError: Called outside a running event loop (from sync code).
@@ -185,60 +161,25 @@ class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
         max_wait: Seconds the first request of a batch may wait for company.
     """
 
-    @classmethod
-    def from_vocab(
-        cls, vocab: Sequence[Any], backend: str | None = None, **kwargs: Any
-    ) -> AsyncTokenByteTrie:
-        """Build a byte trie over ``vocab`` (e.g. with ``eos_byte_strings=``) and wrap it.
-
-        Args:
-            vocab: Tokens (``lm.byte_vocab``).
-            backend: A registered byte-trie name, or None for the best available.
-            **kwargs: Passed to the trie's constructor.
-
-        Raises:
-            UnknownBackendError: No implementation is registered as ``backend``
-                (a ``ValueError``, as in genlm-backend, and a ``KeyError``).
-            BackendUnavailableError: It is registered but cannot run here.
-        """
-        from genlm_core.plugins import TrieRegistry, get_plugin_manager
-
-        registration = TrieRegistry(get_plugin_manager()).pick("byte", backend)
-        return cls(registration.spec.load()(vocab, **kwargs))
+    _trie_kind = "byte"
 
     async def weight_sum(self, ws: Any, mode: Any = None) -> Any:  # type: ignore[override]
-        """Queue a ``weight_sum`` in ``mode`` (default ``TrieMode.WITHOUT_EOS``).
-
-        Returns:
-            Float32 tensor of shape ``(num_nodes,)``.
-        """
+        """Queue a ``weight_sum`` in ``mode`` (default ``TrieMode.WITHOUT_EOS``)."""
         from genlm_core.trie.byte_trie import TrieMode
 
         return await self._submit(("sum", mode or TrieMode.WITHOUT_EOS), ws)
 
     async def weight_max(self, ws: Any) -> Any:
-        """Queue a ``weight_max``.
-
-        Returns:
-            Float32 tensor of shape ``(num_nodes,)``.
-        """
+        """Queue a ``weight_max``: a float32 tensor of shape ``(num_nodes,)``."""
         return await self._submit(("max", None), ws)
 
     async def log_weight_sum(self, logps: Any, mode: Any = None) -> np.ndarray:
         """``log(weight_sum(exp(logps), mode))``: log-masses from log-probabilities.
 
-        What a byte-level beam needs per state; concurrent calls (a beam step's
-        states, several beams) are one exp, one kernel call and one log, in the
-        worker thread. Each result is its own array, so keeping one keeps no other.
-
-        Args:
-            logps: Log-probabilities per token id (a model's next-token output).
-            mode: ``TrieMode.WITHOUT_EOS`` (default) or ``WITH_EOS``.
-
-        Returns:
-            Float64 array of shape ``(num_nodes,)`` (``-inf`` where the mass is 0): the
-            sums are exact to float32's precision, and their logs keep it (a float32
-            log of a mass near ``e**-40`` would be off by up to 4e-6).
+        Concurrent calls (a beam step's states) are one exp, one kernel call and one
+        log, in the worker thread. Returns a float64 array of shape ``(num_nodes,)``
+        (``-inf`` where the mass is 0), its own: float64 logs keep the float32 sums'
+        precision (a float32 log near ``e**-40`` would be off by up to 4e-6).
         """
         from genlm_core.trie.byte_trie import TrieMode
 

@@ -1,10 +1,7 @@
 """What every character trie of this package shares: structure, views, checks.
 
-Subclasses build the flat structure (:meth:`CharacterTrieBase._build`) and fill
-node masses (:meth:`CharacterTrieBase._fill`); this class turns them into
-genlm-backend's API: ``weight_sum``/``weight_max`` and their batch forms, the
-dict-shaped attributes (``children``, ``word2leaf``, ``leaf2word``,
-``node2prefix``), built lazily, and ``visualize``.
+Subclasses build the flat arrays (``_build``) and fill masses (``_fill``); this class
+gives genlm-backend's API on top.
 """
 
 from __future__ import annotations
@@ -55,25 +52,16 @@ class CharacterTrieBase:
         self._check_duplicates()
         self.root: int = self._arrays.root
 
-    # -- hooks ----------------------------------------------------------------------
-
     def _build(self, vocab: EncodedVocab) -> TrieArrays:
         raise NotImplementedError
 
     def _fill(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Masses of every row of ``ws`` (B, V).
-
-        Returns:
-            ``(masses (B, N) of out_dtype, bad (B,))`` where ``bad[b]`` is the first
-            vocabulary position of row ``b`` whose weight is NaN, or -1.
-        """
+        """Masses ``(B, N)`` of every row of ``ws`` (B, V), and each row's first NaN or -1."""
         raise NotImplementedError
 
     def _fill_one(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, int]:
         masses, bad = self._fill(op, ws[None, :])
         return masses[0], int(bad[0])
-
-    # -- public API -----------------------------------------------------------------
 
     def weight_sum(self, ws: Any) -> np.ndarray:
         """Mass of every node: the sum of the weights of the vocabulary entries below it.
@@ -91,47 +79,22 @@ class CharacterTrieBase:
         return self._one("sum", "weight_sum", ws)
 
     def weight_max(self, ws: Any) -> np.ndarray:
-        """Max weight of the vocabulary entries below every node.
+        """Max weight of the vocabulary entries below every node, as :meth:`weight_sum`.
 
         Correct for log-space weights: an inner node starts from -inf, not 0.
-
-        Args:
-            ws: One weight per entry of ``decode``, shape ``(len(decode),)``.
-
-        Returns:
-            Node-indexed maxima, shape ``(len(children),)``.
-
-        Raises:
-            InvalidWeightsError: Wrong shape, dimension or dtype, or a NaN weight.
         """
         return self._one("max", "weight_max", ws)
 
     def batch_weight_sum(self, ws: Any) -> np.ndarray:
-        """:meth:`weight_sum` of a batch of distributions, computed together.
+        """:meth:`weight_sum` of a batch, computed together: shape ``(batch, len(children))``.
 
         Args:
             ws: Shape ``(batch, len(decode))``, or a sequence of weight vectors.
-
-        Returns:
-            Shape ``(batch, len(children))``.
-
-        Raises:
-            InvalidWeightsError: Wrong shape, dimension or dtype, or a NaN weight.
         """
         return self._many("sum", "weight_sum", ws)
 
     def batch_weight_max(self, ws: Any) -> np.ndarray:
-        """:meth:`weight_max` of a batch of distributions, computed together.
-
-        Args:
-            ws: Shape ``(batch, len(decode))``, or a sequence of weight vectors.
-
-        Returns:
-            Shape ``(batch, len(children))``.
-
-        Raises:
-            InvalidWeightsError: Wrong shape, dimension or dtype, or a NaN weight.
-        """
+        """:meth:`weight_max` of a batch, as :meth:`batch_weight_sum`."""
         return self._many("max", "weight_max", ws)
 
     def visualize(self, ws: Any = None) -> Any:
@@ -143,8 +106,6 @@ class CharacterTrieBase:
         from genlm_core.trie.visualize import visualize
 
         return visualize(self, ws)
-
-    # -- structure ------------------------------------------------------------------
 
     @property
     def num_nodes(self) -> int:
@@ -170,13 +131,12 @@ class CharacterTrieBase:
     @functools.cached_property
     def children(self) -> ChildrenView:
         """``children[node]``: dict edge -> child. Leaf edges are keyed ``(None, i)``."""
-        a = self._arrays
-        return ChildrenView(a.child_ptr, a.child_idx, a.label, a.leaf_token, self._vocab.letter)
+        return ChildrenView(self._arrays, self._vocab.letter)
 
     @functools.cached_property
     def node2prefix(self) -> PrefixView:
         """``node2prefix[node]``: list of the letters from the root to ``node``."""
-        return PrefixView(self._arrays.parent, self._arrays.label, self._vocab.letter)
+        return PrefixView(self._arrays, self._vocab.letter)
 
     @functools.cached_property
     def word2leaf(self) -> dict[Hashable, int]:
@@ -197,36 +157,25 @@ class CharacterTrieBase:
         """Leaf -> word key (the inverse of :attr:`word2leaf`)."""
         return {leaf: word for word, leaf in self.word2leaf.items()}
 
-    # -- internals ------------------------------------------------------------------
-
     def _check_duplicates(self) -> None:
-        # The builder reports neighbours with equal words in sorted order: (a, b),
-        # (b, c), ... Within each run of equal words, word2leaf keys must differ.
-        runs: list[list[int]] = []
-        for i, j in self._arrays.duplicates.tolist():
-            if runs and runs[-1][-1] == i:
-                runs[-1].append(j)
-            else:
-                runs.append([i, j])
-        vocab = self._vocab
-        for run in runs:
-            seen: dict[Hashable, int] = {}
-            for pos in run:
-                kind = vocab.kind(pos)
-                key = (kind, word_key(self.decode[pos], kind))
-                first = seen.setdefault(key, pos)
-                if first == pos:
-                    continue
-                hint = {
-                    TOKEN: "the same Token appears twice",
-                    PLAIN_BYTES: "plain bytes must be unique; pass Tokens (decode_vocab) "
-                    "so several token ids may spell the same bytes",
-                    OTHER: "entries must be unique",
-                }[kind]
-                raise InvalidVocabularyError(  # genlm-backend's words, then the details
-                    f"Duplicate word in vocabulary: decode[{pos}] = {self.decode[pos]!r} "
-                    f"repeats decode[{first}] = {self.decode[first]!r}; {hint}"
-                )
+        # Entries spelling the same word as another must have distinct word2leaf keys
+        # (keys of different words differ: they contain the word).
+        seen: dict[Hashable, int] = {}
+        for pos in np.unique(self._arrays.duplicates).tolist():
+            kind = self._vocab.kind(pos)
+            first = seen.setdefault((kind, word_key(self.decode[pos], kind)), pos)
+            if first == pos:
+                continue
+            hint = {
+                TOKEN: "the same Token appears twice",
+                PLAIN_BYTES: "plain bytes must be unique; pass Tokens (decode_vocab) "
+                "so several token ids may spell the same bytes",
+                OTHER: "entries must be unique",
+            }[kind]
+            raise InvalidVocabularyError(  # genlm-backend's words, then the details
+                f"Duplicate word in vocabulary: decode[{pos}] = {self.decode[pos]!r} "
+                f"repeats decode[{first}] = {self.decode[first]!r}; {hint}"
+            )
 
     def _vector(self, ws: Any, what: str) -> Any:
         """One distribution as :meth:`_fill` takes it (a subclass may keep it on its device)."""

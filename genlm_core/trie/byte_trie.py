@@ -1,18 +1,7 @@
 """``TokenByteTrie``: genlm-bytes 0.2.0's trie, on the flat arrays and numba kernels.
 
-Differences from the character trie, all kept from genlm-bytes:
-
-* weights are indexed by **token id** (``ws[token.token_id]``), and the leaf edge of
-  a token is keyed ``(eot_sentinel, token_id)``;
-* ``atomic_byte_strings`` are single edges (keyed by the bytes object);
-* an extra ``eos_node`` hangs off the root under the edge ``EOS`` (257). In
-  ``TrieMode.WITH_EOS`` the weights of the ``eos_byte_strings`` tokens count only
-  at ``eos_node`` and the root; in ``WITHOUT_EOS`` they are ordinary tokens;
-* results are float32 torch tensors.
-
-One deliberate difference: ``weight_max`` of a node without tokens below it (the
-``eos_node``) is ``-inf``, where genlm-bytes 0.2.0 reports 0 (it starts from zero,
-the clamp genlm-backend's character trie also had).
+Weights by token id, atomic byte strings, an ``eos_node`` and ``TrieMode``, as
+genlm-bytes (differences: docs/tries.md).
 """
 
 from __future__ import annotations
@@ -30,6 +19,7 @@ import torch
 from genlm_core.trie import _kernels
 from genlm_core.trie._build import build_trie_arrays, plan_masses
 from genlm_core.trie._outputs import BatchOutputs
+from genlm_core.trie.cpu import resolve_device
 from genlm_core.trie.errors import InvalidVocabularyError, VocabularyTypeError
 from genlm_core.trie.views import ChildrenView, PrefixView
 from genlm_core.trie.vocab import is_token_type, warn_plain_bytes
@@ -84,7 +74,7 @@ class TokenByteTrie:
         max_batch_size: int = 64,
     ) -> None:
         self.decode = self._tokens(decode)
-        self.device = _device(device)
+        self.device = resolve_device(device, auto=False)
         self.eot_sentinel = eot_sentinel
         self.eos_byte_strings = set(eos_byte_strings or [])
         self.max_batch_size = max_batch_size
@@ -125,8 +115,6 @@ class TokenByteTrie:
         twin._batch_outputs = BatchOutputs(self._arrays.num_nodes, dtype)
         return twin
 
-    # -- construction helpers -------------------------------------------------------
-
     @staticmethod
     def _tokens(decode: Sequence[Any]) -> list[Any]:
         if not decode:
@@ -161,17 +149,11 @@ class TokenByteTrie:
         kids = a.child_idx[a.child_ptr[node] : a.child_ptr[node + 1]]
         return [int(a.leaf_token[c]) for c in kids if a.leaf_token[c] >= 0]
 
-    # -- masses ---------------------------------------------------------------------
-
     def weight_sum(self, ws: Any, mode: TrieMode | None = None) -> torch.Tensor:
-        """Sum of the weights of the tokens below every node.
+        """Sum of the weights (one per token id) of the tokens below every node.
 
-        Args:
-            ws: One weight per token id, shape ``(len(decode),)``.
-            mode: ``TrieMode.WITHOUT_EOS`` (default) or ``WITH_EOS``.
-
-        Returns:
-            Float32 tensor of shape ``(num_nodes,)``.
+        ``mode`` is ``TrieMode.WITHOUT_EOS`` (default) or ``WITH_EOS``. Returns a
+        float32 tensor of shape ``(num_nodes,)``.
         """
         return self.batch_weight_sum(as_vector(ws, len(self.decode), "weight_sum")[None], mode)[0]
 
@@ -197,14 +179,7 @@ class TokenByteTrie:
         return self._tensor(masses)
 
     def weight_max(self, ws: Any) -> torch.Tensor:
-        """Max weight of the tokens below every node (-inf where there are none).
-
-        Args:
-            ws: One weight per token id, shape ``(len(decode),)``.
-
-        Returns:
-            Float32 tensor of shape ``(num_nodes,)``.
-        """
+        """Max weight of the tokens below every node (-inf where there are none)."""
         return self.batch_weight_max(as_vector(ws, len(self.decode), "weight_max")[None])[0]
 
     def batch_weight_max(self, ws: Any) -> torch.Tensor:
@@ -232,8 +207,6 @@ class TokenByteTrie:
         out = torch.from_numpy(masses)
         return out if self.device == "cpu" else out.to(self.device)
 
-    # -- structure ------------------------------------------------------------------
-
     @property
     def num_nodes(self) -> int:
         """Number of nodes, leaves and ``eos_node`` included."""
@@ -241,20 +214,12 @@ class TokenByteTrie:
 
     @functools.cached_property
     def children(self) -> ChildrenView:
-        """``children[node]``: edge -> child.
+        """``children[node]``: edge -> child; a byte (int), atomic string, ``EOS`` or leaf key.
 
-        Edges are bytes (ints), atomic byte strings, ``EOS``, and
-        ``(eot_sentinel, token_id)`` for a leaf.
+        A leaf's edge is keyed ``(eot_sentinel, token_id)``.
         """
-        a, ids, sentinel = self._arrays, self._ids, self.eot_sentinel
-        return ChildrenView(
-            a.child_ptr,
-            a.child_idx,
-            a.label,
-            a.leaf_token,
-            self._letter,
-            leaf_key=lambda pos: (sentinel, int(ids[pos])),
-        )
+        ids, sentinel = self._ids, self.eot_sentinel
+        return ChildrenView(self._arrays, self._letter, lambda pos: (sentinel, int(ids[pos])))
 
     @functools.cached_property
     def node2prefix(self) -> PrefixView:
@@ -264,7 +229,7 @@ class TokenByteTrie:
             letter = self._letter(code)
             return list(letter) if isinstance(letter, bytes) else [letter]
 
-        return PrefixView(self._arrays.parent, self._arrays.label, self._letter, spell)
+        return PrefixView(self._arrays, self._letter, spell)
 
     def _letter(self, code: int) -> Any:
         return code if code < 256 else self._letters[code - 256]
@@ -307,20 +272,6 @@ class TokenByteTrie:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self.decode)} tokens, {self.num_nodes} nodes)"
-
-
-def _device(device: str | None) -> str:
-    if device in (None, "cpu"):
-        return "cpu"
-    if device != "cuda":
-        raise ValueError(f"invalid device {device!r}: must be 'cpu', 'cuda' or None")
-    if not torch.cuda.is_available():
-        from genlm_core.errors import BackendUnavailableError
-
-        raise BackendUnavailableError(
-            "device='cuda' was requested but torch sees no CUDA GPU; pass device='cpu' or None"
-        )
-    return device
 
 
 def _encode(

@@ -1,10 +1,7 @@
 """The default tries: flat arrays and numba kernels on the CPU.
 
-``TokenCharacterTrie`` and ``ParallelTokenCharacterTrie`` keep genlm-backend
-0.3.1's names, signatures, node numbering and result types; both share one
-implementation here (the "parallel" one only differs in returning float32, as
-genlm-backend's did, and in moving to :mod:`genlm_core.trie.torch_trie` when given
-a CUDA device).
+``TokenCharacterTrie`` and ``ParallelTokenCharacterTrie`` keep genlm-backend 0.3.1's
+names, signatures, node numbering and result types.
 """
 
 from __future__ import annotations
@@ -24,12 +21,10 @@ __all__ = ["ParallelTokenCharacterTrie", "TokenCharacterTrie"]
 
 
 class TokenCharacterTrie(CharacterTrieBase):
-    """Token weights -> masses of every prefix, on the CPU (numba).
+    """Token weights -> masses of every prefix, on the CPU (numba, exact float64 sums).
 
-    Built from sorted words in flat arrays (no Python object per node); node masses
-    come from exact float64 kernels; the rows of a batch are spread over the cores.
-    Node numbering, ``children``, ``word2leaf``, ``leaf2word`` and ``node2prefix``
-    are genlm-backend 0.3.1's, so its results index the same way.
+    Node numbering and the dict attributes are genlm-backend 0.3.1's, so its results
+    index the same way; the rows of a batch are spread over the cores.
 
     Args:
         decode: The vocabulary; entry ``i`` gets weight ``ws[i]``. See
@@ -48,7 +43,8 @@ class TokenCharacterTrie(CharacterTrieBase):
         return arrays
 
     def _fill_one(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, int]:
-        return _kernels.fill_one(self._plan, op, ws, self.out_dtype)
+        masses, bad = _kernels.fill_batch(self._plan, op, ws[None], self.out_dtype)
+        return masses[0], int(bad[0])
 
     def _fill(self, op: str, ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         out = self._batch_outputs.empty(ws.shape[0])
@@ -76,22 +72,28 @@ class ParallelTokenCharacterTrie(TokenCharacterTrie):
 
     def __new__(cls, decode: Sequence[Any], device: str | None = None, **kwargs: Any) -> Any:
         """Hand CUDA devices to the torch implementation, as genlm-backend ran on the GPU."""
-        if _resolve_device(device) == "cuda" and cls is ParallelTokenCharacterTrie:
+        if resolve_device(device) == "cuda" and cls is ParallelTokenCharacterTrie:
             from genlm_core.trie.torch_trie import TorchTokenCharacterTrie
 
             return TorchTokenCharacterTrie(decode, device="cuda", **kwargs)
         return super().__new__(cls)
 
     def __init__(self, decode: Sequence[Any], device: str | None = None) -> None:
-        self.device = _resolve_device(device)
+        self.device = resolve_device(device)
         super().__init__(decode)
 
 
-def _resolve_device(device: str | None) -> str:
+def resolve_device(device: str | None, auto: bool = True) -> str:
+    """``"cpu"`` or ``"cuda"``; None is CUDA when torch sees a GPU if ``auto``, else the CPU.
+
+    Raises:
+        ValueError: ``device`` is not None, ``"cpu"`` or ``"cuda"``.
+        BackendUnavailableError: ``device="cuda"`` but torch sees no CUDA GPU.
+    """
     if device is None:
         from genlm_core.plugins import has_nvidia_gpu
 
-        if has_nvidia_gpu():
+        if auto and has_nvidia_gpu():
             import torch
 
             return "cuda" if torch.cuda.is_available() else "cpu"
@@ -106,6 +108,6 @@ def _resolve_device(device: str | None) -> str:
 
             raise BackendUnavailableError(
                 f"device='cuda' was requested but torch {torch.__version__} sees no CUDA GPU; "
-                f"pass device='cpu' (or None to pick automatically)"
+                f"pass device='cpu'{' (or None to pick automatically)' if auto else ' or None'}"
             )
     return device

@@ -1,6 +1,5 @@
-"""Errors raised by the tries on bad input.
+"""Errors raised by the tries on bad input: ``GenlmError`` and ``ValueError`` both.
 
-Both derive from :class:`~genlm_core.errors.GenlmError` and from ``ValueError``, so
 ``except ValueError`` (what genlm-backend callers wrote) keeps working.
 """
 

@@ -1,13 +1,7 @@
 """What code using a token trie may rely on: typing Protocols, no implementation.
 
-A token trie turns a distribution over a vocabulary (one weight per vocabulary
-position) into the mass of every prefix of the vocabulary's byte strings. Nodes are
-integers; node-indexed results are NumPy arrays of length ``len(trie.children)``.
-
-Implementations: :class:`genlm_core.trie.TokenCharacterTrie` (numba, CPU),
-:class:`genlm_core.trie.ParallelTokenCharacterTrie`,
-:class:`genlm_core.trie.ReferenceTokenCharacterTrie` (pure NumPy) and plugins
-registered through ``genlm_register_tries``.
+Nodes are integers; node-indexed results are NumPy arrays of length
+``len(trie.children)``.
 """
 
 from __future__ import annotations
@@ -28,13 +22,6 @@ class CharacterTrie(Protocol):
     Attributes:
         decode: The vocabulary, as given: entry ``i`` is the word of weight ``ws[i]``.
         root: The root node (the empty prefix).
-        children: ``children[node]`` maps an edge to a child node. Letter edges are
-            keyed by the letter (an int for a byte); the edge to the leaf of
-            vocabulary entry ``i`` is keyed ``(None, i)``.
-        word2leaf: Word key -> leaf node. The key is ``(bytes, token_id)`` for a
-            Token, the word itself otherwise.
-        leaf2word: The inverse of ``word2leaf``.
-        node2prefix: Node -> list of the letters on the path from the root.
     """
 
     decode: Sequence[Any]
@@ -42,66 +29,38 @@ class CharacterTrie(Protocol):
 
     @property
     def children(self) -> Sequence[Mapping[Hashable, int]]:
-        """The edges out of every node."""
+        """``children[node]``: edge -> child. Leaf edges are keyed ``(None, i)``."""
         ...
 
     @property
     def word2leaf(self) -> Mapping[Hashable, int]:
-        """Word key -> leaf node."""
+        """Word key -> leaf: ``(bytes, token_id)`` for a Token, the word itself otherwise."""
         ...
 
     @property
     def leaf2word(self) -> Mapping[int, Hashable]:
-        """Leaf node -> word key."""
+        """Leaf node -> word key (the inverse of ``word2leaf``)."""
         ...
 
     @property
     def node2prefix(self) -> Mapping[int, list[Any]]:
-        """Node -> letters from the root."""
+        """Node -> list of the letters on the path from the root."""
         ...
 
     def weight_sum(self, ws: Any) -> np.ndarray:
-        """Mass of every node: the sum of the weights of the tokens below it.
-
-        Args:
-            ws: One weight per vocabulary entry, shape ``(len(decode),)``.
-
-        Returns:
-            Node-indexed masses, shape ``(len(children),)``.
-        """
+        """Mass of every node, ``(len(children),)``, from one weight per entry of ``decode``."""
         ...
 
     def weight_max(self, ws: Any) -> np.ndarray:
-        """Max weight of the tokens below every node (correct for log-space weights).
-
-        Args:
-            ws: One weight per vocabulary entry, shape ``(len(decode),)``.
-
-        Returns:
-            Node-indexed maxima, shape ``(len(children),)``.
-        """
+        """Max weight of the tokens below every node (correct for log-space weights)."""
         ...
 
     def batch_weight_sum(self, ws: Any) -> np.ndarray:
-        """:meth:`weight_sum` of many distributions.
-
-        Args:
-            ws: Shape ``(batch, len(decode))``, or a sequence of 1-D weight vectors.
-
-        Returns:
-            Shape ``(batch, len(children))``.
-        """
+        """:meth:`weight_sum` of ``(batch, len(decode))`` weights (or a list of vectors)."""
         ...
 
     def batch_weight_max(self, ws: Any) -> np.ndarray:
-        """:meth:`weight_max` of many distributions.
-
-        Args:
-            ws: Shape ``(batch, len(decode))``, or a sequence of 1-D weight vectors.
-
-        Returns:
-            Shape ``(batch, len(children))``.
-        """
+        """:meth:`weight_max` of ``(batch, len(decode))`` weights (or a list of vectors)."""
         ...
 
 

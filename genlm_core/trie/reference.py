@@ -1,11 +1,6 @@
-"""A deliberately simple trie: dicts to build, NumPy to compute. The oracle.
+"""A deliberately simple trie, the oracle: dicts to build, NumPy to compute.
 
-Nothing here shares code with the fast path beyond the vocabulary encoding and the
-public API glue: the trie is built by inserting words into dicts one letter at a
-time (as genlm-backend does), numbered by an explicit post-order walk, and masses
-are propagated level by level with ``np.add.at`` / ``np.maximum.at``. Children are
-added in ascending node order starting from 0 (or -inf), so sums equal the numba
-kernels' bit for bit. Use it to cross-check other implementations, not for speed.
+Its sums equal the numba kernels' bit for bit (docs/tries.md).
 """
 
 from __future__ import annotations
@@ -70,19 +65,14 @@ class ReferenceTokenCharacterTrie(CharacterTrieBase):
         new[order] = np.arange(len(order))
         n = len(order)
         parent = np.full(n, -1, dtype=np.int32)
-        depth = np.zeros(n, dtype=np.int32)
         child_ptr = np.zeros(n + 1, dtype=np.int64)
         child_idx = []
-        for old in order:  # children before parents: depth is filled top-down below
+        for old in order:
             kids = sorted(new[c] for c in children[old].values())
             child_idx.extend(kids)
             child_ptr[new[old] + 1] = len(kids)
             for c in kids:
                 parent[c] = new[old]
-        for old in reversed(order):  # parents before children
-            v = new[old]
-            if parent[v] >= 0:
-                depth[v] = depth[parent[v]] + (1 if label[old] >= 0 else 0)
         np.cumsum(child_ptr, out=child_ptr)
         # child_idx was appended in post-order of parents, which is ascending new id.
         lab = np.empty(n, dtype=np.int32)
@@ -96,7 +86,6 @@ class ReferenceTokenCharacterTrie(CharacterTrieBase):
             parent=parent,
             label=lab,
             leaf_token=tok,
-            depth=depth,
             child_ptr=child_ptr,
             child_idx=np.asarray(child_idx, dtype=np.int32),
             token_leaf=token_leaf,
@@ -122,7 +111,9 @@ class ReferenceTokenCharacterTrie(CharacterTrieBase):
     @functools.cached_property
     def _levels(self) -> list[np.ndarray]:
         """Non-root nodes grouped by distance from the root, deepest first."""
-        a = self._arrays
-        level = a.depth + (a.leaf_token >= 0)
+        parent = self._arrays.parent.tolist()
+        level = np.zeros(self.num_nodes, dtype=np.int64)
+        for v in range(self.num_nodes - 2, -1, -1):  # a parent is numbered above its children
+            level[v] = level[parent[v]] + 1
         nodes = np.arange(self.num_nodes - 1)
         return [nodes[level[:-1] == d] for d in range(int(level.max(initial=0)), 0, -1)]

@@ -1,29 +1,14 @@
 """A trie whose masses are computed by torch on a device (meant for CUDA).
 
-The structure is built on the CPU (numba, flat arrays). Each vocabulary entry is
-then linked to its leaf and every ancestor: the sum is one sparse-dense product
-with that (node x token) 0/1 matrix, the max one ``scatter_reduce("amax")``. Both
-combine leaf weights directly, never subtracting, so small masses survive.
-
-On a GPU the arithmetic is cheap and the output is the cost: the masses must reach
-NumPy over PCIe (256 distributions over Llama-3's 404k nodes are 414 MB). So a
-batch is computed in chunks (about ``CHUNK_BYTES`` of masses each) into a small
-ring of device buffers; while a chunk is computed, the one before is copied on a
-second stream into page-locked host memory that is recycled between calls
-(:class:`~genlm_core.trie._outputs.BatchOutputs` over page-locked blocks), and each
-call synchronises once, at the end. Weights
-already on the device stay there: they are checked where they are (shape, dtype,
-NaN) and the NaN flags come back with the masses. Host weights go through a
-page-locked staging block, so their upload is asynchronous too.
-
-Registered as ``torch-cuda`` (available only with an NVIDIA GPU); the class also
-runs on ``device="cpu"`` (same code without streams or page-locking), which is how
-it is tested on machines without a GPU.
+Sums are sparse products, maxima ``scatter_reduce``; on CUDA a batch is computed in
+chunks whose copies to page-locked host memory overlap the next chunk's compute
+(docs/tries.md). Registered as ``torch-cuda``; also runs on ``device="cpu"``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -40,19 +25,15 @@ from genlm_core.trie.weights import check_batch, check_vector, real_tensor
 
 __all__ = ["CHUNK_BYTES", "TorchTokenCharacterTrie", "cuda_trie"]
 
-#: Bytes of masses per device chunk when ``max_batch_size`` is None: big enough that
-#: per-chunk launch costs are small next to its copy (0.6 ms at 50 GB/s), small
-#: enough that only one chunk's compute is not hidden behind the copies.
+#: Bytes of masses per device chunk when ``max_batch_size`` is None: launch costs are
+#: small next to its copy (0.6 ms at 50 GB/s), and only one chunk's compute is exposed.
 CHUNK_BYTES = 32 << 20
 
 #: Device buffers per call: chunk k+1 (and k+2) are computed while k is copied out.
 RING = 3
 
-#: Longest row of the sparse product. Row-split kernels give a row to one worker, and
-#: the root's row holds every entry (262k for Gemma-3): longer rows are cut into
-#: pieces of this length, appended as extra rows and added to their node by a second,
-#: small product. A blocked sum also errs less (Llama-3 on the CPU: 1.3e-6 relative
-#: to the exact masses, against 1.8e-4 uncut).
+#: Longest row of the sparse product: longer rows (the root's holds every entry) are cut
+#: into pieces added to their node by a second, small product (why: docs/tries.md).
 ROW_LIMIT = 1024
 
 
@@ -101,13 +82,9 @@ def _split_rows(crow: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, n
     return new_crow, entries, owners
 
 
-def _pinned(dtype: torch.dtype):
-    """An allocator of page-locked host memory, as NumPy arrays (for ``BatchOutputs``)."""
-
-    def allocate(n: int) -> np.ndarray:
-        return torch.empty(n, dtype=dtype, pin_memory=True).numpy()
-
-    return allocate
+def _pinned(n: int, dtype: torch.dtype) -> np.ndarray:
+    """``n`` values of page-locked host memory, as a NumPy array (for ``BatchOutputs``)."""
+    return torch.empty(n, dtype=dtype, pin_memory=True).numpy()
 
 
 def _first_nan(row: Any) -> int:
@@ -182,15 +159,13 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
         self._dst = torch.from_numpy(nodes).to(self.device)
         # Page-locking is slow (a cudaHostAlloc of hundreds of MB): blocks are recycled.
         cuda = self.device.type == "cuda"
-        pinned = _pinned(dtype) if cuda else None
+        pinned = functools.partial(_pinned, dtype=dtype) if cuda else None
         self._outputs = BatchOutputs(n_nodes, self.out_dtype, allocate=pinned)
         self._stages = BatchOutputs(n_tokens, self.out_dtype, allocate=pinned) if cuda else None
         self._copy_stream = torch.cuda.Stream(self.device) if cuda else None
 
     def _build(self, vocab: EncodedVocab) -> TrieArrays:
         return build_trie_arrays(vocab.codes, vocab.offsets)
-
-    # -- the public methods' work ---------------------------------------------------
 
     def _vector(self, ws: Any, what: str) -> Any:
         """Weights already on the device stay there (checked where they are)."""
@@ -208,17 +183,13 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
             bad[row] = _first_nan(ws[row])
         return masses, bad
 
-    @property
-    def _vocab_size(self) -> int:
-        return len(self._arrays.token_leaf)
-
     def _device_weights(self, ws: Any, what: str, batch: bool) -> torch.Tensor | None:
         """``ws`` on ``device`` in ``dtype`` if it is a tensor there (or a list of them)."""
         if isinstance(ws, torch.Tensor):
             if ws.device.type != self.device.type:
                 return None
             w = real_tensor(ws)
-            (check_batch if batch else check_vector)(w, self._vocab_size, what)
+            (check_batch if batch else check_vector)(w, len(self._arrays.token_leaf), what)
             if not w.dtype.is_floating_point:
                 w = w.to(torch.float64)  # integers, as on the host path
             return w.to(self.device, self.dtype)

@@ -1,16 +1,14 @@
-"""Lazy dict-shaped views of a flat trie, in genlm-backend's format.
-
-``children[node]`` and ``node2prefix[node]`` are built on first access of that
-node and cached, so a 262k-token trie never pays for 860k Python dicts unless code
-walks them all.
-"""
+"""Lazy dict-shaped views of a flat trie, in genlm-backend's format, built per node."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from genlm_core.trie._build import TrieArrays
 
 __all__ = ["ChildrenView", "PrefixView"]
 
@@ -24,20 +22,14 @@ class ChildrenView(Sequence[dict[Hashable, int]]):
 
     def __init__(
         self,
-        child_ptr: np.ndarray,
-        child_idx: np.ndarray,
-        label: np.ndarray,
-        leaf_token: np.ndarray,
+        arrays: TrieArrays,
         letter: Callable[[int], Any],
         leaf_key: Callable[[int], Hashable] = lambda i: (None, i),
     ) -> None:
-        self._ptr = child_ptr
-        self._idx = child_idx
-        self._label = label
-        self._leaf_token = leaf_token
+        self._arrays = arrays
         self._letter = letter
         self._leaf_key = leaf_key
-        self._cache: list[dict[Hashable, int] | None] = [None] * (len(child_ptr) - 1)
+        self._cache: list[dict[Hashable, int] | None] = [None] * arrays.num_nodes
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -57,9 +49,10 @@ class ChildrenView(Sequence[dict[Hashable, int]]):
             return cached
         if node < 0:
             node += len(self)
-        kids = self._idx[self._ptr[node] : self._ptr[node + 1]].tolist()
-        labels = self._label[kids].tolist()
-        tokens = self._leaf_token[kids].tolist()
+        a = self._arrays
+        kids = a.child_idx[a.child_ptr[node] : a.child_ptr[node + 1]].tolist()
+        labels = a.label[kids].tolist()
+        tokens = a.leaf_token[kids].tolist()
         letter, leaf_key = self._letter, self._leaf_key
         edges = {
             leaf_key(t) if code < 0 else letter(code): c
@@ -67,10 +60,6 @@ class ChildrenView(Sequence[dict[Hashable, int]]):
         }
         self._cache[node] = edges
         return edges
-
-    def __iter__(self) -> Iterator[dict[Hashable, int]]:
-        for i in range(len(self)):
-            yield self[i]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ChildrenView | list):
@@ -91,13 +80,12 @@ class PrefixView(Mapping[int, list[Any]]):
 
     def __init__(
         self,
-        parent: np.ndarray,
-        label: np.ndarray,
+        arrays: TrieArrays,
         letter: Callable[[int], Any],
         spell: Callable[[int], list[Any]] | None = None,
     ) -> None:
-        self._parent = parent
-        self._label = label
+        self._parent = arrays.parent
+        self._label = arrays.label
         self._spell = spell if spell is not None else (lambda code: [letter(code)])
         self._cache: dict[int, list[Any]] = {}
 

@@ -12,7 +12,16 @@ if TYPE_CHECKING:
 __all__ = ["visualize"]
 
 
-def _graphviz() -> Any:
+def visualize(trie: CharacterTrieBase, ws: Any = None) -> Any:
+    """A ``graphviz.Digraph`` of ``trie`` (render it, or display it in a notebook).
+
+    ``ws``: optional node-indexed values (e.g. from ``weight_sum``), shown in each
+    node and used to shade it.
+
+    Raises:
+        ImportError: The graphviz package is not installed.
+        ValueError: ``ws`` does not have one value per node.
+    """
     try:
         import graphviz
     except ImportError:
@@ -20,25 +29,6 @@ def _graphviz() -> Any:
             "visualize() needs the graphviz Python package: pip install graphviz "
             "(and the Graphviz binaries to render, e.g. apt-get install graphviz)"
         ) from None
-    return graphviz
-
-
-def visualize(trie: CharacterTrieBase, ws: Any = None) -> Any:
-    """Build a ``graphviz.Digraph`` of ``trie``.
-
-    Args:
-        trie: Any trie of this package.
-        ws: Optional node-indexed values (e.g. from ``weight_sum``), shape
-            ``(len(trie.children),)``, shown in each node and used to shade it.
-
-    Returns:
-        The graph (render it with ``.render()`` or display it in a notebook).
-
-    Raises:
-        ImportError: The graphviz package is not installed.
-        ValueError: ``ws`` does not have one value per node.
-    """
-    graphviz = _graphviz()
     n = len(trie.children)
     values = None
     if ws is not None:

@@ -1,10 +1,7 @@
 """Turn a vocabulary (Tokens, bytes, other iterables) into flat letter codes.
 
-A byte is its own code (0-255). Any other letter (a character of a ``str``, an
-end-of-sequence marker, ...) gets a code from 256 up, in order of first
-appearance; equal letters (by ``==``/``hash``, as dict keys in genlm-backend) share
-a code. A vocabulary of bytes-like entries (the usual case) is encoded with one
-``b"".join``: no per-entry Python work besides ``len``.
+A byte is its own code (0-255); any other letter gets a code from 256 up, in order of
+first appearance (equal letters share one).
 """
 
 from __future__ import annotations
@@ -84,11 +81,7 @@ def _outside_stacklevel() -> int:
 
 
 def warn_plain_bytes(owner: str = "a token trie") -> None:
-    """Warn (pointing at the user's call) that plain bytes vocabularies are deprecated.
-
-    Args:
-        owner: The trie class, named in the message as genlm-backend's warning did.
-    """
+    """Warn (at the user's call, naming the ``owner`` trie) that plain bytes are deprecated."""
     stacklevel = _outside_stacklevel()
     warnings.warn(
         f"Passing plain bytes to {owner} is deprecated: pass Token objects "
@@ -106,15 +99,7 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
 
 
 def encode_vocab(decode: Sequence[Any], owner: str = "a token trie") -> EncodedVocab:
-    """Encode a vocabulary for the trie builders.
-
-    Args:
-        decode: Entry ``i`` is the word whose weight is ``ws[i]``: a Token, plain
-            ``bytes`` (deprecated) or any other iterable of hashable letters.
-        owner: The trie class, named in the plain-bytes deprecation warning.
-
-    Returns:
-        The encoded vocabulary.
+    """Encode Tokens, plain ``bytes`` (deprecated: warns naming ``owner``) or iterables.
 
     Raises:
         InvalidVocabularyError: An entry is not iterable or has unhashable letters.

@@ -1,12 +1,7 @@
 """Check and convert token weights before they reach a kernel.
 
-Accepted: NumPy arrays, torch tensors (any device; moved to the CPU), and
-sequences of either (a batch). Real dtypes only: float32 and float64 are used as
-they are, other floats and integers are converted. Bad input raises
-:class:`~genlm_core.trie.errors.InvalidWeightsError` naming the value and the
-expected shape. A trie that computes on a device validates tensors where they are
-with :func:`real_tensor`, :func:`check_vector` and :func:`check_batch` (same rules,
-same messages).
+NumPy arrays, torch tensors (any device) and sequences of either; real dtypes only.
+Bad input raises :class:`~genlm_core.trie.errors.InvalidWeightsError` naming the value.
 """
 
 from __future__ import annotations
@@ -41,19 +36,11 @@ def real_tensor(ws: Any) -> Any:
     return ws
 
 
-def _torch_to_numpy(ws: Any) -> np.ndarray | None:
-    torch = sys.modules.get("torch")  # a tensor can only exist if torch is imported
-    if torch is None or not isinstance(ws, torch.Tensor):
-        return None
-    ws = real_tensor(ws)
-    if ws.device.type != "cpu":
-        ws = ws.cpu()
-    return ws.numpy()
-
-
 def _to_array(ws: Any, what: str) -> np.ndarray:
-    arr = _torch_to_numpy(ws)
-    if arr is None:
+    torch = sys.modules.get("torch")  # a tensor can only exist if torch is imported
+    if torch is not None and isinstance(ws, torch.Tensor):
+        arr = real_tensor(ws).cpu().numpy()  # cpu() returns a CPU tensor itself, no copy
+    else:
         try:
             arr = np.asarray(ws)
         except (ValueError, TypeError) as exc:
