@@ -12,7 +12,7 @@ __all__ = ["MassPlan", "TrieArrays", "build_trie_arrays", "plan_masses"]
 
 @dataclass(frozen=True)
 class MassPlan:
-    """The schedule of the mass kernels (docs/tries.md); its fields are their first arguments.
+    """The schedule of the mass kernels (docs/tries.md).
 
     A *source* is a leaf or a branch node (an inner node without exactly one child); a
     chain of single-child nodes shares the mass of its bottom node's source.

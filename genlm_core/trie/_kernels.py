@@ -99,7 +99,15 @@ def fill_batch(
     """
     if out is None:
         out = np.empty((ws.shape[0], plan.node_src.shape[0]), dtype=out_dtype)
-    args = (*vars(plan).values(), op == "max")  # MassPlan's fields are fill's first arguments
+    args = (
+        plan.token_src,
+        plan.branch,
+        plan.branch_ptr,
+        plan.branch_src,
+        plan.node_src,
+        plan.num_sources,
+        op == "max",
+    )
     n = min(ws.shape[0], _num_threads())
     if n <= 1:
         return out, fill(*args, ws, out)
