@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BPEPairs"]
+__all__ = ["BPEPairs", "merge_ranks"]
 
 _INF = 2**31  # above every merge rank; keys y * 2**32 + rank stay in int64
 
@@ -42,11 +42,7 @@ class BPEPairs:
         self.ignore_merges = spec.ignore_merges
         self.strings = {i: s for s, i in spec.vocab.items()}
         ids = spec.vocab
-        self.ranks: dict[tuple[int, int], tuple[int, int]] = {}
-        for rank, (u, v) in enumerate(spec.merges):
-            key = (ids[u], ids[v])
-            if key not in self.ranks:
-                self.ranks[key] = (rank, ids[u + v])
+        self.ranks = merge_ranks(spec.merges, ids)
         # Merges-only BPE (no ignore_merges): what bigram validity is about. Without
         # ignore_merges that is the tokenizer's own model; with it, :func:`_bpe` on the
         # bytes (building a second Rust model would hold the GIL ~0.2 s for Llama-3,
@@ -57,7 +53,7 @@ class BPEPairs:
         self._byte_id: dict[int, int] = {}
         for s, i in ids.items():
             if len(s) == 1 and i < self.n and len(byte_vocab[i]) == 1:
-                self._byte_id[byte_vocab[i][0]] = i  # as _derive reads them
+                self._byte_id[byte_vocab[i][0]] = i
         self.left = np.full(self.n, -1, dtype=np.int64)
         self.right = np.full(self.n, -1, dtype=np.int64)
         self.rank = np.full(self.n, -1, dtype=np.int64)
@@ -83,10 +79,7 @@ class BPEPairs:
         that makes the token when only one does (GPT-2-style merge lists), else it comes
         from running BPE on the token's bytes (tiktoken-converted lists, e.g. Llama-3).
         """
-        byte_id = {}
-        for s, i in ids.items():
-            if len(s) == 1 and i < self.n and len(byte_vocab[i]) == 1:
-                byte_id[byte_vocab[i][0]] = i
+        byte_id = self._byte_id
         makers: dict[int, list[tuple[int, int, int]]] = {}
         for (u, v), (rank, result) in self.ranks.items():
             makers.setdefault(result, []).append((u, v, rank))
@@ -206,6 +199,18 @@ class BPEPairs:
     def underivable_after(self, tail: bytes) -> dict[int, bytes]:
         """Underivable tokens whose bytes start with ``tail`` (the rest, by token id)."""
         return {i: b[len(tail) :] for b, i in self.underivable_bytes.items() if b.startswith(tail)}
+
+
+def merge_ranks(
+    merges: list[tuple[str, str]], ids: dict[str, int]
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """``(left id, right id) -> (rank, merged id)``, the first merge of each pair."""
+    ranks: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, (u, v) in enumerate(merges):
+        key = (ids[u], ids[v])
+        if key not in ranks:
+            ranks[key] = (rank, ids[u + v])
+    return ranks
 
 
 def _bpe(

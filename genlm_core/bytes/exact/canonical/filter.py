@@ -152,7 +152,6 @@ class CanonicalFilter:
                         entries.append((i, cs, comp, closed))
         self._entry_token = np.asarray([e[0] for e in entries], dtype=np.int64)
         self._entry_cs = np.asarray([e[1] for e in entries], dtype=np.int64)
-        self._entry_comp = [e[2] for e in entries]
         self._entry_closed = np.asarray([e[3] for e in entries], dtype=bool)
         self._entry_by_bytes: dict[bytes, list[int]] = {}
         for k, (i, _, comp, _) in enumerate(entries):
@@ -243,17 +242,9 @@ class CanonicalFilter:
             return hit
         n = len(pending.text)
         cuts, joined = tuple(n + c for c in structure[0]), structure[1]
-        ends = [e for e in pending.ends if e is not None]
         out: tuple[bool, tuple[int, ...]] = (False, ())
-        if set(cuts) <= set(ends):
-            stops = [*cuts, len(pending.text)] if joined else list(cuts)
-            groups, current = [], []
-            for t, end in zip(pending.ids, pending.ends, strict=True):
-                current.append(t)
-                if end is not None and end in stops:
-                    groups.append(current)
-                    current = []
-            closed_ok = all(self.pairs.closed_group(g) for g in groups)
+        if set(cuts) <= {e for e in pending.ends if e is not None}:
+            closed_ok, current = self._close_groups(pending, (*cuts, n) if joined else cuts)
             if joined:
                 out = (closed_ok and not current, ())
             else:
@@ -468,16 +459,15 @@ class CanonicalFilter:
                     continue
                 cuts = tuple(len(base.text) + c for c in cuts)
                 stops = (*cuts, len(base.text)) if joined and base.text else cuts
-                ok, tail = self._open_tail(pending, stops)
+                if not set(stops) <= {e for e in pending.ends if e is not None}:
+                    continue
+                ok, tail = self._close_groups(pending, stops)
                 if ok and tail and self.pairs.closed_group([*tail, token, *comp_tokens]):
                     return True
         return False
 
-    def _open_tail(self, pending: Pending, stops: tuple[int, ...]) -> tuple[bool, list[int]]:
-        """Check the closed groups up to the last stop; the tokens after it."""
-        ends = {e for e in pending.ends if e is not None}
-        if not set(stops) <= ends:
-            return False, []
+    def _close_groups(self, pending: Pending, stops: tuple[int, ...]) -> tuple[bool, list[int]]:
+        """Whether the tokens grouped by ``stops`` are each their text's BPE; the tokens after."""
         group: list[int] = []
         groups = []
         for t, end in zip(pending.ids, pending.ends, strict=True):

@@ -258,10 +258,6 @@ class CharClasses:
         """A text with these character classes (each class's representative)."""
         return "".join(self.reps[k] for k in classes)
 
-    def all_classes(self) -> list[int]:
-        """Every class seen so far (vocabulary characters and probes)."""
-        return list(range(len(self.reps)))
-
 
 def _collapsible(
     patterns: Sequence[_Pattern], sources: list[str], literal_ids: set[int]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from genlm_core.bytes.exact.canonical.bpe import BPEPairs, _bpe
+from genlm_core.bytes.exact.canonical.bpe import BPEPairs, _bpe, merge_ranks
 
 __all__ = ["BYTE_PIECE", "CharPairs"]
 
@@ -42,11 +42,7 @@ class CharPairs(BPEPairs):
         self.ignore_merges = False
         ids = spec.vocab
         self.strings = {i: s for s, i in ids.items() if i < n}
-        self.ranks: dict[tuple[int, int], tuple[int, int]] = {}
-        for rank, (u, v) in enumerate(spec.merges):
-            key = (ids[u], ids[v])
-            if key not in self.ranks:
-                self.ranks[key] = (rank, ids[u + v])
+        self.ranks = merge_ranks(spec.merges, ids)
         self.byte_of = np.full(n, -1, dtype=np.int64)  # byte-fallback pieces: their byte
         for s, i in ids.items():
             m = BYTE_PIECE.fullmatch(s)
@@ -104,10 +100,6 @@ class CharPairs(BPEPairs):
                     f"derivation gives {final}"
                 )
             self.left[tid], self.right[tid], self.rank[tid] = last
-
-    def merges_only(self, ids: list[int]) -> bool:
-        """Whether the tokenizer's BPE of these tokens' text gives them back."""
-        return self.closed_group(ids)
 
     def closed_group(self, ids: list[int]) -> bool:
         """Whether the tokenizer's BPE of the text of ``ids`` (one word) is ``ids``."""

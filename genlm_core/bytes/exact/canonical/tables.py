@@ -294,9 +294,6 @@ class Tables:
             for f in all_futures(self.pretok, 3)
         )
 
-    def __len__(self) -> int:
-        return len(self._by_signature) + 1
-
 
 def settled_offset(pretok: Any, text: str) -> int:
     """The last offset of ``text`` that is a pre-token boundary whatever text follows.

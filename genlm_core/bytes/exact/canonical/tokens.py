@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numpy as np
-
 __all__ = [
     "LEAD",
     "TEXT",
@@ -229,8 +227,3 @@ def byte_ids_of(byte_vocab: list[bytes], excluded: Any) -> dict[bytes, int]:
         if b and i not in excluded and all(0x80 <= x <= 0xBF for x in b):
             out.setdefault(bytes(b), i)
     return out
-
-
-def as_array(values: list[int]) -> np.ndarray:
-    """An int64 array (helper for vectorised lookups)."""
-    return np.asarray(values, dtype=np.int64)
