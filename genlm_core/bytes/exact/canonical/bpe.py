@@ -1,18 +1,7 @@
 """BPE inside one pre-token: which adjacent token pairs the merges leave as they are.
 
-Within a pre-token, byte-level BPE applies its merges lowest rank first (leftmost on
-ties, as the tokenizers library does). A token string is the BPE of its bytes exactly
-when every adjacent pair is (Vieira et al. 2025, bigram canonicality), so one pair
-test decides it. The pair ``(a, c)`` is broken when some merge ``(x, y)`` joins a
-symbol ``x`` on ``a``'s right edge (its *right spine*: ``a``, the right part it was
-merged from, and so on down to a byte) with a symbol ``y`` on ``c``'s left spine
-before ``x`` and ``y`` are merged into ``a`` and ``c``: ``rank(x, y)`` below the rank
-that consumes ``x`` inside ``a`` and at most the rank that consumes ``y`` inside ``c``
-(the cross pair is further left, so it wins a tie).
-
-:meth:`BPEPairs.invalid_after` evaluates that for one ``a`` against the whole
-vocabulary at once (an inverted index from spine symbols to tokens); scalar questions
-go to the tokenizer's own BPE model, which is the reference the tests hold this to.
+A token string is the BPE of its bytes exactly when every adjacent pair is (docs/bytes.md,
+*How the filter computes it*); scalar questions go to the tokenizer's own BPE model.
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ class BPEPairs:
 
     Args:
         spec: The tokenizer's :class:`~genlm_core.bytes.exact.canonical.spec.TokenizerSpec`.
-        byte_vocab: The model's tokens (``llm.byte_vocab``): bytes per token id.
+        byte_vocab: The model's tokens (``llm.byte_vocab``).
         cache_size: How many ``invalid_after`` vectors to keep.
     """
 
@@ -75,9 +64,8 @@ class BPEPairs:
     def _derive(self, byte_vocab: list[bytes], ids: dict[str, int]) -> None:
         """Which tokens merges rebuild from their bytes, and the last merge that does.
 
-        The tokenizer's BPE (merges only) says which; the last merge is the one merge
-        that makes the token when only one does (GPT-2-style merge lists), else it comes
-        from running BPE on the token's bytes (tiktoken-converted lists, e.g. Llama-3).
+        The only merge that makes the token (GPT-2-style lists), else BPE on its bytes
+        (tiktoken-converted lists, e.g. Llama-3).
         """
         byte_id = self._byte_id
         makers: dict[int, list[tuple[int, int, int]]] = {}
@@ -142,8 +130,8 @@ class BPEPairs:
     def invalid_after(self, a: int) -> np.ndarray:
         """Boolean vector over token ids: ``c`` cannot follow ``a`` inside one pre-token.
 
-        True where merges would join across the pair, and for tokens the merges never
-        produce. Cached per ``a``; treat the result as read-only.
+        True where merges would join across the pair, and for tokens merges never produce.
+        Cached per ``a``; read-only.
         """
         hit = self._cache.get(a)
         if hit is not None:
@@ -218,8 +206,7 @@ def _bpe(
 ) -> tuple[list[int], tuple[int, int, int] | None]:
     """The tokenizers library's BPE on one word: final symbols and its last merge.
 
-    Merges are applied lowest rank first, leftmost first on ties (a heap of
-    ``(rank, position)``), re-checking each popped entry against the current symbols.
+    Lowest rank first, leftmost on ties (a heap of ``(rank, position)``, stale entries skipped).
     """
     n = len(symbols)
     sym = list(symbols)

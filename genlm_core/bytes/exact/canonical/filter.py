@@ -1,19 +1,8 @@
-"""``CanonicalFilter``: which tokens may come next in a canonical token string.
+"""``CanonicalFilter``: which tokens may come next in a canonical byte-level BPE token string.
 
-A token string ``t`` is *canonical* when some text continuation ``s`` makes ``t`` a prefix
-of the tokenizer's encoding of ``bytes(t) + s`` (special tokens never parsed from text).
-For a context (a canonical token string) and every token ``d``, the filter says whether
-``context + [d]`` is canonical:
-
-1. **Pre-token boundaries** (of ``pending + d + c0`` per next character class ``c0``:
-   :class:`~.tables.PendingTable`): ``d`` ends a pre-token with no boundary inside, and
-   every boundary inside the context's pending text falls between tokens.
-2. **BPE inside pre-tokens.** Closed ones are the BPE of their bytes; the open one is left
-   alone by the merges, pair by pair (:class:`~.bpe.BPEPairs`), or ``ignore_merges``.
-3. **Characters split between tokens** (:mod:`.tokens`): with their completions.
-4. **Behind an NFC normalizer** (Qwen2, Qwen3; :mod:`.nfc`): the text stays NFC, judged
-   from the context's last segment. Exact for the pre-tokenizers it accepts (checked
-   when built); tested against a brute-force oracle asking the tokenizer's encoder.
+It checks pre-token boundaries (:mod:`.tables`), BPE inside pre-tokens (:mod:`.bpe`),
+characters split between tokens (:mod:`.tokens`) and, behind an NFC normalizer,
+NFC-ness (:mod:`.nfc`); docs/bytes.md, *How the filter computes it*.
 """
 
 from __future__ import annotations
@@ -53,12 +42,7 @@ CACHE_ENTRIES = 200_000
 class CanonicalFilter:
     """Canonical next tokens of a byte-level BPE tokenizer (see module doc).
 
-    Build one per tokenizer (a few seconds: it runs BPE on every token) and share it;
-    :func:`canonical_filter` does.
-
-    Args:
-        tokenizer: The model's Hugging Face tokenizer.
-        byte_vocab: The model's tokens (``llm.byte_vocab``).
+    Build one per tokenizer (seconds: it runs BPE on every token) and share it.
 
     Raises:
         CanonicalityUnsupportedError: The tokenizer is not one this covers.
@@ -194,16 +178,9 @@ class CanonicalFilter:
         return new
 
     def warm(self, length: int = 4) -> int:
-        """Build now the tables of every pending state short texts reach (a few seconds).
+        """Build now the tables short texts reach (``length`` characters); how many there are.
 
-        Otherwise each is built the first time a context needs it (0.1-0.3 s each).
-        Benchmarks call this before timing, as they build tries first.
-
-        Args:
-            length: Characters of class representatives explored from the empty text.
-
-        Returns:
-            The number of distinct tables.
+        Otherwise a context builds its table when first needed (0.1-0.3 s); benchmarks warm first.
         """
         seen, frontier = {""}, [""]
         for _ in range(length):
@@ -260,11 +237,7 @@ class CanonicalFilter:
     # -- queries ---------------------------------------------------------------------
 
     def mask(self, pending: Pending) -> np.ndarray:
-        """Boolean vector over token ids: ``context + [d]`` is canonical.
-
-        Args:
-            pending: The context's pending part (:meth:`extend` from :data:`EMPTY`).
-        """
+        """Boolean vector over token ids: ``context + [d]`` is canonical."""
         return self._mask(pending, 0)
 
     def _mask(self, pending: Pending, depth: int) -> np.ndarray:
@@ -342,9 +315,7 @@ class CanonicalFilter:
     def _has_next(self, pending: Pending, depth: int) -> bool:
         """Whether some token can follow (the context is a canonical prefix).
 
-        Tokens that end their pre-token are tried first, at once; only a *forced*
-        context (none does) searches one token deeper, so the depth counts forced
-        contexts in a row, which :mod:`.limits` bounds: the answer does not depend on it.
+        Only a *forced* context (no token closes it) searches deeper; :mod:`.limits` bounds that.
         """
         key = (pending.ids, pending.data, pending.segment)
         hit = self._next_cache.get(key)

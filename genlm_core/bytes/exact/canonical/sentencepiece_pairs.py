@@ -1,14 +1,8 @@
 """BPE pair tests over characters, for SentencePiece-style BPE with byte fallback.
 
-The tokenizers library starts a word from its characters: a character that is a piece
-of the vocabulary is that piece, any other is its UTF-8 bytes as byte tokens
-``<0xXX>``, which no merge touches. Merges then apply lowest rank first, leftmost on
-ties, as in byte-level BPE: the pair rule of :class:`~.bpe.BPEPairs` (a token string is
-the BPE of its text exactly when every adjacent pair is) holds with characters as the
-base symbols. :class:`CharPairs` derives each piece from its characters (the last
-merge that makes it, on its own text) and reuses ``BPEPairs``' spine index and
-``invalid_after``. The tokenizer's own ``model.tokenize`` decides which pieces merges
-rebuild; the derivation here must agree, or the build fails.
+The pair rule of :class:`~.bpe.BPEPairs` holds with characters as the base symbols (a
+character that is no piece is byte tokens, which no merge touches); :class:`CharPairs`
+derives each piece from its characters, checked against the tokenizer's ``model.tokenize``.
 """
 
 from __future__ import annotations
@@ -30,11 +24,7 @@ BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 class CharPairs(BPEPairs):
     """Merges of a SentencePiece-style BPE, derived over characters (see module doc).
 
-    Args:
-        spec: The :class:`~.sentencepiece_spec.SentencePieceSpec`.
-        n: Number of token ids (``len(llm.byte_vocab)``).
-        excluded: Ids never canonical (added tokens); they stay underivable.
-        cache_size: How many ``invalid_after`` vectors to keep.
+    ``excluded``: ids never canonical (added tokens), kept underivable.
     """
 
     def __init__(self, spec: Any, n: int, excluded: frozenset[int], cache_size: int = 256) -> None:
@@ -66,9 +56,8 @@ class CharPairs(BPEPairs):
     def _derive_chars(self, spec: Any, excluded: frozenset[int]) -> None:
         """Which pieces merges rebuild from their characters, and the last merge that does.
 
-        The tokenizer's BPE says which (the reference); the last merge is the one merge
-        that makes the piece when only one does, else it comes from running BPE on the
-        piece's characters, which must then agree with the tokenizer.
+        The tokenizer's BPE says which; the last merge is the only one that makes the piece, or
+        comes from BPE on its characters, which must agree with the tokenizer.
         """
         model = spec.backend.model
         makers: dict[int, list[tuple[int, int, int]]] = {}

@@ -1,26 +1,19 @@
-r"""Vocabulary tokens as text: class strings, split characters, and how to complete them.
+r"""Vocabulary tokens as text: split characters, and the ways to complete them.
 
-Byte-level tokens need not hold whole UTF-8 characters: ``b"\xe4\xb8"`` is the first
-two bytes of ``"中"``. Pre-tokenization sees characters, so such a token is analysed
-with the character it becomes part of: a token that *starts* with continuation bytes
-can only follow a context that ends inside a character, and a token that *ends* inside
-a character needs tokens after it that complete the character (the future). For the
-latter, :func:`completions` lists, per class of the completed character, a few byte
-strings that complete it and a tokenization of them that BPE leaves alone after the
-token (continuation-byte tokens only; see docs/bytes.md for what is left out).
+A token ending inside a UTF-8 character is judged with completions of it
+(:func:`completions`, docs/bytes.md, *How the filter computes it*).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 __all__ = [
     "LEAD",
     "TEXT",
     "TRAIL",
     "Completion",
-    "TokenText",
     "completions",
     "split_utf8",
     "utf8_length",
@@ -30,27 +23,14 @@ __all__ = [
 WITNESSES = 3
 
 
-class TokenText(NamedTuple):
-    """A token's bytes as ``lead`` (continuation bytes) + ``text`` + ``trail`` (a char start).
-
-    :func:`split_utf8` returns it as a plain ``(lead, text, trail)`` tuple, read with
-    :data:`LEAD`, :data:`TEXT` and :data:`TRAIL`: the cyclic garbage collector stops
-    tracking exact tuples of strings, not NamedTuple instances, so a filter's 128k of
-    them then do not lengthen its full collections (each pauses every thread, the event
-    loop's too: 103-106 ms stalls measured with them tracked).
-    """
-
-    lead: bytes
-    text: str
-    trail: bytes
-
-
-#: Indices of a :class:`TokenText` tuple's fields.
+#: Fields of :func:`split_utf8`'s tuples: plain tuples, not NamedTuples, because the
+#: garbage collector stops tracking tuples of strings (128k of them lengthened every
+#: full collection, which pauses the event loop: 103-106 ms stalls measured).
 LEAD, TEXT, TRAIL = 0, 1, 2
 
 
 def split_utf8(data: bytes) -> tuple[bytes, str, bytes] | None:
-    """Split a token's bytes into leading continuation bytes, whole characters, partial end.
+    """A token's bytes as (continuation bytes, whole characters, a started character).
 
     None when the bytes cannot occur in any UTF-8 text (a stray byte in the middle).
     """
@@ -74,7 +54,7 @@ def split_utf8(data: bytes) -> tuple[bytes, str, bytes] | None:
         text = middle.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return (lead, text, trail)  # an exact tuple: see TokenText
+    return (lead, text, trail)  # a plain tuple: see LEAD
 
 
 def utf8_length(lead: int) -> int:
@@ -110,8 +90,7 @@ _CONT = range(0x80, 0xC0)
 class Completion:
     """Bytes ``rest`` after a token complete its last character, spelled by ``tokens``.
 
-    ``text`` is the completed character, and the one character after it when the
-    completing token carries one.
+    ``text``: the completed character (and one more when the completing token carries it).
     """
 
     text: str
@@ -130,17 +109,10 @@ def completions(
 ) -> dict[tuple[Any, ...], list[Completion]]:
     """Ways to complete ``token``'s partial last character, grouped by class string.
 
-    A completion is either bytes finishing the character, tokenized into tokens made
-    only of continuation bytes, or one token that finishes it and adds one character
-    (``mixed``: by number of continuation bytes, ``(token, its continuation bytes, the
-    character)``); each adjacent pair (the token first) is one BPE's merges leave
-    alone. At most :data:`WITNESSES` per class string of the completed text and first
-    completing token (whether the tokens before it merge with it depends on that
-    token), found by trying completing bytes in order (see :func:`_byte_strings`);
-    ``distinct``
-    (completed text -> key, or None) splits the groups further: behind an NFC
-    normalizer, a completion whose characters are not all inert is its own group
-    (whether it keeps text NFC depends on it, :mod:`.nfc`).
+    Bytes finishing the character spelled by continuation-byte tokens, or one ``mixed``
+    token that finishes it and adds a character; each pair (``token`` first) left alone by
+    BPE. At most :data:`WITNESSES` per class string and first completing token; ``distinct``
+    (completed text -> key or None) splits the groups further (NFC, :mod:`.nfc`).
     """
     need = utf8_length(trail[0]) - len(trail)
     found: dict[Any, list[Completion]] = {}
@@ -179,10 +151,8 @@ def completions(
 def _byte_strings(n: int) -> list[bytes]:
     r"""Continuation-byte strings of length ``n`` to try: all for one or two bytes.
 
-    All 64 for one byte and all 4096 for two (a two-byte continuation token may be the
-    only first token BPE leaves alone after the token: Qwen3 writes ``" ⒌"`` as
-    ``" " | "\xe2" | "\x92\x8c"``); for three, every first two bytes with 4 spread
-    values after them (16384 of 262144).
+    Two-byte completions may be the only first token BPE leaves alone (Qwen3's
+    ``" " | "\xe2" | "\x92\x8c"``); for three bytes, 4 spread values of the last one.
     """
     if n == 1:
         return [bytes([x]) for x in _CONT]
