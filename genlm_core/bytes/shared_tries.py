@@ -36,9 +36,6 @@ _PENDING: dict[tuple[int, Hashable], concurrent.futures.Future[Any]] = {}
 _LOCK = threading.Lock()  # guards the two above
 
 
-# -- the registry --------------------------------------------------------------------------
-
-
 def shared(llm: Any, key: Hashable | None, build: Callable[[], T]) -> T:
     """What ``build()`` makes for ``llm`` and ``key``: built once, kept while ``llm`` lives.
 
@@ -105,9 +102,6 @@ def _build_into(future: concurrent.futures.Future[Any], llm: Any, key: Hashable,
     future.set_result(made)
 
 
-# -- the tries -----------------------------------------------------------------------------
-
-
 def _beam_trie(llm: Any, eos_byte_strings: set[bytes], trie_opts: dict[str, Any] | None):
     """The registry key of the beam's trie for these options, and its build."""
     opts = {**(trie_opts or {}), "eos_byte_strings": set(eos_byte_strings)}
@@ -149,9 +143,6 @@ async def shared_exact_trie_async(llm: Any, eos_byte_strings: set[bytes]) -> Asy
         return AsyncTokenByteTrie(base.with_dtype(np.float64))
 
     return await shared_async(llm, ("exact trie", frozenset(eos_byte_strings)), build)
-
-
-# -- off the event loop --------------------------------------------------------------------
 
 
 async def locked(obj: Any, fn: Callable[..., T], *args: Any) -> T:

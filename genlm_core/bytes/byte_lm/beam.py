@@ -93,8 +93,6 @@ class ByteBeamState(StatefulByteLM):
         """Log of the beam's total weight: the estimated log-probability of the bytes read."""
         return logsumexp([s.weight for s in self.states])
 
-    # -- reading bytes ---------------------------------------------------------------
-
     async def __lshift__(self, a: int) -> ByteBeamState:
         """The beam after reading byte ``a`` (0-255) or ``EOS`` (257).
 

@@ -51,7 +51,7 @@ class LazyTrieState:
         self.weight = weight
         self._mass = mass
         self._extend: list[LazyTrieState] | None = None
-        self.mode = _mode(mode)
+        self.mode = TrieMode(mode) if isinstance(mode, str) else mode  # or its value
         self.root = trie.trie.root
         self.children = trie.trie.children
         self.terminated = terminated
@@ -177,13 +177,6 @@ class LazyTrieState:
     async def cleanup(self) -> None:
         """Stop the trie's batching (it restarts on the next request)."""
         await self.trie.cleanup()
-
-
-def _mode(mode: Any) -> Any:
-    """A TrieMode from a TrieMode, its value (``"with_eos"``), or None (kept as is)."""
-    if isinstance(mode, str):
-        return TrieMode(mode)
-    return mode
 
 
 async def _log_masses(trie: Any, logps: Any, mode: Any) -> np.ndarray:

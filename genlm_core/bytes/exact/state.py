@@ -126,8 +126,6 @@ class ExactByteState(StatefulByteLM):
         """This state: nothing is pruned (kept for ``ByteBeamState``'s interface)."""
         return self
 
-    # -- reading bytes ---------------------------------------------------------------
-
     async def __lshift__(self, a: int) -> ExactByteState:
         """The state after byte ``a`` (0-255) or ``EOS`` (257).
 
@@ -179,8 +177,6 @@ class ExactByteState(StatefulByteLM):
                 "under this model (invalid UTF-8, or bytes after EOS)"
             )
 
-    # -- speculation -----------------------------------------------------------------
-
     def _speculation(self, extensions: list[ExactTrieState]) -> list[tuple[int, ...]]:
         """The new contexts along the predicted next bytes, when a forward happens anyway."""
         shared = self.shared
@@ -201,8 +197,6 @@ class ExactByteState(StatefulByteLM):
                 break
         shared.remember(contexts)
         return contexts
-
-    # -- prefill ---------------------------------------------------------------------
 
     async def prefill(self, bs: Any) -> ExactByteState:
         """The state after the bytes ``bs`` (EOS tokens are ordinary tokens meanwhile).
@@ -274,9 +268,6 @@ class ExactByteState(StatefulByteLM):
         for state in self.states:
             lines.append(f"({math.exp(state.weight - self.logZ):.4f}) {state!r}")
         return "\n".join(lines) + "\n"
-
-
-# -- helpers -------------------------------------------------------------------------------
 
 
 def _predict(state: ExactTrieState, limit: int) -> bytes:

@@ -58,7 +58,7 @@ class ExactTrieState(LazyTrieState):
             base = self.weight  # log p(context): materializing twice (concurrently) is harmless
             logps = await self.lm_state.logp_next()
             allowed = await locked(
-                self.lm_state.canon, self.lm_state.mask, self.mode, self.trie_eos_ids
+                self.lm_state.canon, self.lm_state.mask, self.mode, self.trie.trie.eos_token_ids
             )
             values = torch.as_tensor(logps).detach().cpu().numpy().astype(np.float64, copy=False)
             masked = np.where(allowed[: len(values)], values, -np.inf)
@@ -68,20 +68,12 @@ class ExactTrieState(LazyTrieState):
             self.weight = base + float(mass[self.node])
         return self
 
-    @property
-    def trie_eos_ids(self) -> list[int]:
-        """Token ids of the EOS byte strings (those the trie counts at the EOS node)."""
-        return self.trie.trie.eos_token_ids
-
     def __lshift__(self, b: int) -> ExactTrieState | None:
         """The state after byte ``b``, or None if no canonical token goes on with it."""
         out = super().__lshift__(b)
         if out is None or out.weight == -np.inf:
             return None
         return out
-
-
-# -- shared per model ----------------------------------------------------------------------
 
 
 def shared_filter(llm: Any) -> CanonicalFilter:

@@ -18,13 +18,7 @@ _INF = 2**31  # above every merge rank; keys y * 2**32 + rank stay in int64
 
 
 class BPEPairs:
-    """The merges of a tokenizer, organised for pair tests.
-
-    Args:
-        spec: The tokenizer's :class:`~genlm_core.bytes.exact.canonical.spec.TokenizerSpec`.
-        byte_vocab: The model's tokens (``llm.byte_vocab``).
-        cache_size: How many ``invalid_after`` vectors to keep.
-    """
+    """The merges of a tokenizer (a ``TokenizerSpec``) over ``byte_vocab``, for pair tests."""
 
     def __init__(self, spec: Any, byte_vocab: list[bytes], cache_size: int = 256) -> None:
         self.n = len(byte_vocab)
@@ -59,14 +53,8 @@ class BPEPairs:
             if i < self.n and not self.derivable[i] and len(byte_vocab[i]) > 1
         }
 
-    # -- derivations ------------------------------------------------------------------
-
     def _derive(self, byte_vocab: list[bytes], ids: dict[str, int]) -> None:
-        """Which tokens merges rebuild from their bytes, and the last merge that does.
-
-        The only merge that makes the token (GPT-2-style lists), else BPE on its bytes
-        (tiktoken-converted lists, e.g. Llama-3).
-        """
+        """Which tokens merges rebuild from their bytes, and the last merge that does."""
         byte_id = self._byte_id
         makers: dict[int, list[tuple[int, int, int]]] = {}
         for (u, v), (rank, result) in self.ranks.items():
@@ -125,13 +113,11 @@ class BPEPairs:
             x = int(self.right[x])
         return out
 
-    # -- pair tests ---------------------------------------------------------------------
-
     def invalid_after(self, a: int) -> np.ndarray:
         """Boolean vector over token ids: ``c`` cannot follow ``a`` inside one pre-token.
 
         True where merges would join across the pair, and for tokens merges never produce.
-        Cached per ``a``; read-only.
+        Cached per ``a``: read-only.
         """
         hit = self._cache.get(a)
         if hit is not None:
@@ -204,10 +190,7 @@ def merge_ranks(
 def _bpe(
     symbols: list[int], ranks: dict[tuple[int, int], tuple[int, int]]
 ) -> tuple[list[int], tuple[int, int, int] | None]:
-    """The tokenizers library's BPE on one word: final symbols and its last merge.
-
-    Lowest rank first, leftmost on ties (a heap of ``(rank, position)``, stale entries skipped).
-    """
+    """The tokenizers library's BPE on one word (lowest rank first, leftmost on ties)."""
     n = len(symbols)
     sym = list(symbols)
     prev = list(range(-1, n - 1))

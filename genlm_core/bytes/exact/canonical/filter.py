@@ -68,8 +68,6 @@ class CanonicalFilter:
         self._groups: dict[tuple[tuple[int, ...], Any], tuple[bool, tuple[int, ...]]] = {}
         self._next_cache: dict[tuple[tuple[int, ...], bytes, str], bool] = {}
 
-    # -- vocabulary ------------------------------------------------------------------
-
     def _analyse_tokens(self) -> None:
         n, classes, reach = self.n, self.classes, self.classes.reach
         excluded = set(self.spec.added_ids) | {i for i in range(n) if i not in self.pairs.strings}
@@ -148,11 +146,6 @@ class CanonicalFilter:
                 [t[TEXT] if self.normal[i] else None for i, t in enumerate(self.texts)],
                 [self.texts[i][TEXT] + e.text for i, _, e, _ in entries],
             )
-        self._tokens_of_cs: dict[int, list[int]] = {}
-        for i in self.normal_ids.tolist():
-            self._tokens_of_cs.setdefault(int(self.cs[i]), []).append(i)
-
-    # -- contexts --------------------------------------------------------------------
 
     def extend(self, pending: Pending, token: int) -> Pending:
         """The pending part of ``context + [token]``, settled as far as it can be."""
@@ -178,10 +171,7 @@ class CanonicalFilter:
         return new
 
     def warm(self, length: int = 4) -> int:
-        """Build now the tables short texts reach (``length`` characters); how many there are.
-
-        Otherwise a context builds its table when first needed (0.1-0.3 s); benchmarks warm first.
-        """
+        """Build the tables short texts (``length`` characters) reach now; how many there are."""
         seen, frontier = {""}, [""]
         for _ in range(length):
             new = []
@@ -233,8 +223,6 @@ class CanonicalFilter:
             self._groups.clear()
         self._groups[key] = out
         return out
-
-    # -- queries ---------------------------------------------------------------------
 
     def mask(self, pending: Pending) -> np.ndarray:
         """Boolean vector over token ids: ``context + [d]`` is canonical."""
@@ -313,10 +301,7 @@ class CanonicalFilter:
         return False
 
     def _has_next(self, pending: Pending, depth: int) -> bool:
-        """Whether some token can follow (the context is a canonical prefix).
-
-        Only a *forced* context (no token closes it) searches deeper; :mod:`.limits` bounds that.
-        """
+        """Whether some token can follow; only a *forced* context searches deeper (see .limits)."""
         key = (pending.ids, pending.data, pending.segment)
         hit = self._next_cache.get(key)
         if hit is None:

@@ -18,11 +18,7 @@ MAX_STRADDLE_DEPTH = 128
 
 
 def straddle_depth(spec: Any, pairs: Any, pretok: Any, texts: list[Any]) -> int:
-    """Tokens the straddle search may follow beyond a token (see module doc).
-
-    Raises:
-        CanonicalityUnsupportedError: The bound exceeds :data:`MAX_STRADDLE_DEPTH`.
-    """
+    """Tokens the straddle search may follow beyond a token; over the limit raises (see module)."""
     vocabulary = 0
     if spec.ignore_merges:
         vocabulary = max(

@@ -25,12 +25,7 @@ _CODE_POINTS = [
 
 
 class NFC:
-    """NFC as the tokenizer computes it, with the inert characters it agrees on.
-
-    ``is_nfc`` asks the tokenizer's normalizer; ``inert`` comes from ``unicodedata``, kept
-    only where the two agree (they disagree on U+11935 U+11930 under Python 3.11): texts
-    with those characters are checked whole, never reasoned about.
-    """
+    """NFC as the tokenizer computes it, with the inert characters it agrees on (see module)."""
 
     def __init__(self, normalizer: Any) -> None:
         self._normalize = normalizer.normalize_str
@@ -88,8 +83,7 @@ def _inert(ch: str) -> bool:
 def _disagreements(normalizer: Any) -> frozenset[str]:
     """Characters on which ``unicodedata`` and the tokenizer's NFC disagree.
 
-    Compared: every character's NFC and NFD, every composition, and two reorder probes
-    (U+0345, class 240, and U+0334, class 1) around each character.
+    Compared: NFC and NFD of every character, every composition, two reorder probes each.
     """
     from tokenizers.normalizers import NFD
 
@@ -118,11 +112,7 @@ def _disagreements(normalizer: Any) -> frozenset[str]:
 
 
 def inert_representatives(nfc: NFC, classes: Any) -> None:
-    """Make every class's representative inert, so the futures tried keep text NFC.
-
-    Raises:
-        CanonicalityUnsupportedError: A class has no inert member among planes 0-2.
-    """
+    """Make every class's representative inert; a class with no inert member raises."""
     missing = [k for k, rep in enumerate(classes.reps) if not nfc.inert(rep)]
     for c in _CODE_POINTS if missing else ():
         ch = chr(c)
@@ -143,11 +133,7 @@ def inert_representatives(nfc: NFC, classes: Any) -> None:
 
 
 class NFCRule:
-    """Which tokens keep a context's text NFC, vectorised over the vocabulary.
-
-    ``texts``: per token id, its text or None; ``extra``: per completion entry, its token's
-    text plus the completed characters.
-    """
+    """Which tokens (``texts``) and completion entries (``extra``) keep a context's text NFC."""
 
     def __init__(self, nfc: NFC, texts: list[str | None], extra: list[str]) -> None:
         self._tokens = _Table(nfc, texts)
@@ -163,11 +149,7 @@ class NFCRule:
 
 
 class _Table:
-    """``is_nfc(segment + text)`` for a list of texts, per segment, cached.
-
-    Texts starting with an inert character do not depend on the segment; the rest are
-    checked per segment.
-    """
+    """``is_nfc(segment + text)`` per text, per segment, cached (inert-first texts once)."""
 
     #: Segments kept before the cache is emptied.
     CACHE = 4096

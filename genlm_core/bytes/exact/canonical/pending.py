@@ -10,11 +10,7 @@ __all__ = ["EMPTY", "Pending", "missing_bytes"]
 
 
 class Pending:
-    """The unsettled end of a context: tokens after its last settled pre-token boundary.
-
-    ``segment``: behind an NFC normalizer, the context's text from its last inert character
-    on (:mod:`.nfc`); ``""`` otherwise.
-    """
+    """The unsettled end of a context (``segment``: its last NFC segment, see :mod:`.nfc`)."""
 
     __slots__ = ("data", "ends", "ids", "partial", "segment", "text")
 

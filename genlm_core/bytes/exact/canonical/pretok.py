@@ -31,10 +31,7 @@ class _Pattern:
 
 
 def parse_pattern(pattern: str) -> _Pattern:
-    r"""The character tests and literal sequences of a pre-tokenizer regex.
-
-    Anchors and look-behinds (a match depending on text before a boundary) raise.
-    """
+    r"""The character tests and literal sequences of a regex; anchors and look-behinds raise."""
     out = _Pattern()
     run: list[str] = []
     flags: list[bool] = [False]  # case-insensitive, per open group
@@ -131,10 +128,7 @@ def parse_pattern(pattern: str) -> _Pattern:
 
 
 class CharClasses:
-    r"""Characters grouped by what the pre-tokenizer regexes can tell apart.
-
-    ``digits``: a ``Digits`` step splits numeric characters (adds ``\p{N}``).
-    """
+    r"""Characters grouped by what the pre-tokenizer regexes (and a ``Digits`` step) tell apart."""
 
     def __init__(self, patterns: Sequence[_Pattern], digits: bool) -> None:
         sources = list(dict.fromkeys(a for p in patterns for a in p.atoms))
@@ -155,10 +149,7 @@ class CharClasses:
         self.reps: list[str] = []
 
     def enumerate_all(self) -> None:
-        """Find every class now: every character of planes 0-2, and samples of the others.
-
-        The cached analyses assume the classes are complete; a new class met later raises.
-        """
+        """Find every class now (planes 0-2, samples beyond); a new class met later raises."""
         chars = [chr(c) for c in range(0x30000) if not 0xD800 <= c < 0xE000]
         chars += [chr(c) for c in (*range(0xE0000, 0xE0080), 0xF0000, 0x10FFFD)]
         text = "".join(chars)
@@ -215,7 +206,7 @@ class CharClasses:
     def string(self, text: str, head: int = 0) -> tuple[int, ...]:
         """Class ids of ``text``'s characters.
 
-        A contraction letter keeps its own class only within ``reach`` characters after the
+        A contraction letter keeps its class only within ``reach`` characters after the
         apostrophe, or within the first ``head`` characters.
         """
         if not self._collapsible:
@@ -237,11 +228,7 @@ class CharClasses:
 def _collapsible(
     patterns: Sequence[_Pattern], sources: list[str], literal_ids: set[int]
 ) -> tuple[set[int], set[str], int]:
-    """Literal atoms only seen right after one context literal: ``(atom ids, context, reach)``.
-
-    Such a literal (the ``ll`` of ``'ll``) is told apart from its letter class only within
-    ``reach`` characters after the context literal.
-    """
+    """Literal atoms only seen right after one context literal: ``(atom ids, context, reach)``."""
     seen: dict[str, set[tuple[str, int]]] = {}
     for p in patterns:
         for seq in p.sequences:
@@ -313,11 +300,7 @@ class Pretokenizer:
         return [start for start, _ in pieces[1:]] + [len(text)]
 
     def verify(self, backend: Any, texts: Iterable[str]) -> None:
-        """Check the emulation against the tokenizer's ``pre_tokenize_str`` on ``texts``.
-
-        Raises:
-            CanonicalityUnsupportedError: They disagree on some text (named).
-        """
+        """Check the emulation against ``pre_tokenize_str`` on ``texts``; a disagreement raises."""
         pre = backend.pre_tokenizer
         for text in texts:
             theirs = [end for _, (_, end) in pre.pre_tokenize_str(text)]
@@ -362,10 +345,9 @@ def _split(kind: str, arg: Any, text: str, start: int, end: int) -> list[tuple[i
 
 
 def _first_of_each_row(rows: np.ndarray) -> np.ndarray:
-    """Index of the first occurrence of each distinct row of a boolean matrix.
+    """Index of the first of each distinct row of a boolean matrix.
 
-    Rows packed into one integer each sort in milliseconds; ``np.unique(axis=0)`` holds the
-    GIL ~0.2 s for planes 0-2, freezing the event loop during a build.
+    Rows are packed into integers: ``np.unique(axis=0)`` holds the GIL ~0.2 s for planes 0-2.
     """
     packed = np.packbits(rows, axis=1)
     if packed.shape[1] <= 8:

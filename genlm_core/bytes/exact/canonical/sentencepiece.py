@@ -26,11 +26,7 @@ __all__ = ["SentencePieceFilter", "SPPending"]
 
 
 class SPPending(NamedTuple):
-    """What canonicality of the next token needs of a context.
-
-    ``last``: its last token (-1: none); ``run``: the bytes of a character that a byte-token
-    run has started and not finished.
-    """
+    """A context's last token (-1: none) and the bytes of a byte-token run's open character."""
 
     last: int
     run: bytes
@@ -110,8 +106,6 @@ class SentencePieceFilter:
                     f"model's byte vocabulary, not {want!r}"
                 )
 
-    # -- byte-fallback runs -------------------------------------------------------------
-
     def _run_bytes(self, run: bytes) -> np.ndarray:
         """Over the 256 bytes: which may follow ``run`` inside a byte-fallback run."""
         hit = self._runs.get(run)
@@ -133,12 +127,6 @@ class SentencePieceFilter:
             self._runs[run] = hit
         return hit
 
-    def _after_byte(self, run: bytes, byte: int) -> bytes:
-        q = run + bytes([byte])
-        return b"" if len(q) == utf8_length(q[0]) else q
-
-    # -- the filter's interface ---------------------------------------------------------
-
     @staticmethod
     def _state(pending: Any) -> SPPending:
         if isinstance(pending, SPPending):
@@ -152,7 +140,8 @@ class SentencePieceFilter:
         state = self._state(pending)
         byte = int(self.byte_of[token])
         if byte >= 0:
-            return SPPending(int(token), self._after_byte(state.run, byte))
+            run = state.run + bytes([byte])  # a character completed closes the run
+            return SPPending(int(token), b"" if len(run) == utf8_length(run[0]) else run)
         return SPPending(int(token), b"")
 
     def mask(self, pending: Any) -> np.ndarray:

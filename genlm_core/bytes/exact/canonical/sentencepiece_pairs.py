@@ -22,10 +22,7 @@ BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 class CharPairs(BPEPairs):
-    """Merges of a SentencePiece-style BPE, derived over characters (see module doc).
-
-    ``excluded``: ids never canonical (added tokens), kept underivable.
-    """
+    """Merges of a SentencePiece-style BPE over characters (``excluded`` ids stay underivable)."""
 
     def __init__(self, spec: Any, n: int, excluded: frozenset[int], cache_size: int = 256) -> None:
         self.n = n
@@ -54,11 +51,7 @@ class CharPairs(BPEPairs):
         self._full = self._merges_only = spec.backend.model
 
     def _derive_chars(self, spec: Any, excluded: frozenset[int]) -> None:
-        """Which pieces merges rebuild from their characters, and the last merge that does.
-
-        The tokenizer's BPE says which; the last merge is the only one that makes the piece, or
-        comes from BPE on its characters, which must agree with the tokenizer.
-        """
+        """Which pieces merges rebuild from their characters, and the last merge that does."""
         model = spec.backend.model
         makers: dict[int, list[tuple[int, int, int]]] = {}
         for (u, v), (rank, result) in self.ranks.items():

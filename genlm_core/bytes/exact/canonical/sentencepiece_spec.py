@@ -25,8 +25,7 @@ _PROBES = ["", "a", " a", "a b", "  a  ", SPACE, SPACE + "x", " " + SPACE, "\n x
 class SentencePieceSpec:
     """A SentencePiece-style BPE tokenizer, as far as canonicality depends on it.
 
-    ``family`` is ``"prepend"`` (Llama-2), ``"metaspace"`` (Mistral) or ``"replace"``
-    (Gemma 3); with ``dummy_prefix`` every non-empty normalized text starts with ``▁``.
+    ``family``: ``"prepend"`` (Llama-2), ``"metaspace"`` (Mistral) or ``"replace"`` (Gemma 3).
     """
 
     name: str
@@ -107,10 +106,8 @@ def _words(backend: Any, text: str) -> list[str]:
 def excluded_added(spec: SentencePieceSpec) -> frozenset[int]:
     r"""The added tokens never part of a canonical text; checks the others.
 
-    Added tokens the merges never make (``<s>``, Gemma's ``<unused0>``) are never canonical.
-    Gemma 3's added runs of ``\n`` and ``\t`` are ordinary pieces, checked to be split as BPE
-    cuts them; its ``▁`` runs match only a literal U+2581, which the byte-level LM cannot
-    write (docs/bytes.md, *SentencePiece families*).
+    Gemma 3's added ``\n``/``\t`` runs are pieces, checked to be cut as BPE cuts them; its
+    ``▁`` runs match only a literal U+2581, which the byte-level LM cannot write.
     """
     model = spec.backend.model
     out, runs = set(), {}

@@ -22,10 +22,8 @@ GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 class TokenizerSpec:
     """A byte-level BPE tokenizer, as far as canonicality depends on it.
 
-    ``splits`` are the pre-tokenization steps: ``("regex", pattern)`` (isolated matches) or
-    ``("digits", individual_digits)``; ``added_ids`` are never part of a canonical text;
-    ``normalizer`` is ``"NFC"`` or None; ``backend`` (the ``tokenizers.Tokenizer``) is the
-    reference encoder.
+    ``splits``: ``("regex", pattern)`` or ``("digits", individual_digits)`` steps;
+    ``backend``: the ``tokenizers.Tokenizer``, the reference encoder.
     """
 
     name: str

@@ -45,10 +45,7 @@ class TokenClassStrings:
 
 
 def futures(pretok: Any) -> list[str]:
-    r"""Futures that decide boundaries already read: the end, one and two characters.
-
-    Two characters only after a class where the second can matter (``\s+(?!\S)``).
-    """
+    r"""Futures that decide boundaries already read: the end, one and two characters."""
     cached = getattr(pretok, "_futures", None)
     if cached is None or cached[0] != len(pretok.classes.reps):
         reps = pretok.classes.reps
@@ -94,10 +91,7 @@ def _lookahead_classes(pretok: Any) -> list[int]:
 
 
 class PendingTable:
-    """Structures of one pending state (a class string and those equivalent to it).
-
-    ``empty``: the table of the empty pending text, for tokens that cannot join.
-    """
+    """Structures of one pending state (``empty``: the empty text's table, for lone tokens)."""
 
     def __init__(
         self,
@@ -229,11 +223,7 @@ _WORD = (1 << 64) - 1
 
 
 class Tables:
-    """The pending-state tables of one pre-tokenizer, shared by equivalent pending texts.
-
-    Equivalent: every future of up to three characters splits them alike (the regexes look
-    no further).
-    """
+    """The pending-state tables of one pre-tokenizer, shared by texts split alike."""
 
     def __init__(self, pretok: Any, strings: TokenClassStrings) -> None:
         self.pretok = pretok
@@ -266,10 +256,7 @@ class Tables:
 
 
 def settled_offset(pretok: Any, text: str) -> int:
-    """The last offset of ``text`` that is a pre-token boundary whatever text follows (or 0).
-
-    Futures tried: every string of class representatives up to two characters, and the end.
-    """
+    """The last offset of ``text`` that is a pre-token boundary whatever follows (or 0)."""
     if not text:
         return 0
     n = len(text)

@@ -63,9 +63,7 @@ def loaded_file(tokenizer: Any) -> Path | None:
 def describes(config: dict[str, Any], backend: Any) -> bool:
     """Whether the parsed ``config`` is the tokenizer ``backend`` holds in memory.
 
-    Compared: the components as serialized, the model's kind and options, the vocabulary's
-    size and 4096 of its ids, the added tokens. Not the merges (reading them back is the long
-    call avoided): merges changed in memory after loading are read as the file says.
+    All but the merges are compared (reading them back is the long call avoided).
     """
     try:
         for name in _COMPONENTS:
@@ -96,12 +94,9 @@ def describes(config: dict[str, Any], backend: Any) -> bool:
 
 
 def loads_in_pieces(text: str, depth: int = 3) -> Any:
-    """``json.loads(text)``, parsing arrays and objects ``depth`` levels deep item by item.
+    """``json.loads(text)``, parsing ``depth`` levels item by item.
 
-    Each item is one short C call, so other threads get the GIL between them. Same result.
-
-    Raises:
-        json.JSONDecodeError: ``text`` is not JSON.
+    Each item is a short C call, so other threads get the GIL between them.
     """
     skip = _WHITESPACE.match
 

@@ -30,10 +30,7 @@ LEAD, TEXT, TRAIL = 0, 1, 2
 
 
 def split_utf8(data: bytes) -> tuple[bytes, str, bytes] | None:
-    """A token's bytes as (continuation bytes, whole characters, a started character).
-
-    None when the bytes cannot occur in any UTF-8 text (a stray byte in the middle).
-    """
+    """A token's bytes as (continuation bytes, whole characters, a started character), or None."""
     k = 0
     while k < min(3, len(data)) and 0x80 <= data[k] <= 0xBF:
         k += 1
@@ -88,10 +85,7 @@ _CONT = range(0x80, 0xC0)
 
 @dataclass(frozen=True)
 class Completion:
-    """Bytes ``rest`` after a token complete its last character, spelled by ``tokens``.
-
-    ``text``: the completed character (and one more when the completing token carries it).
-    """
+    """Bytes ``rest`` completing a token's last character (``text``), spelled by ``tokens``."""
 
     text: str
     rest: bytes
@@ -109,10 +103,9 @@ def completions(
 ) -> dict[tuple[Any, ...], list[Completion]]:
     """Ways to complete ``token``'s partial last character, grouped by class string.
 
-    Bytes finishing the character spelled by continuation-byte tokens, or one ``mixed``
-    token that finishes it and adds a character; each pair (``token`` first) left alone by
-    BPE. At most :data:`WITNESSES` per class string and first completing token; ``distinct``
-    (completed text -> key or None) splits the groups further (NFC, :mod:`.nfc`).
+    Continuation-byte tokens or one ``mixed`` token (finishing it and adding a character),
+    their pairs left alone by BPE; at most :data:`WITNESSES` per class string and first
+    completing token, further split by ``distinct`` (NFC, :mod:`.nfc`).
     """
     need = utf8_length(trail[0]) - len(trail)
     found: dict[Any, list[Completion]] = {}
@@ -149,10 +142,9 @@ def completions(
 
 
 def _byte_strings(n: int) -> list[bytes]:
-    r"""Continuation-byte strings of length ``n`` to try: all for one or two bytes.
+    r"""Continuation-byte strings of length ``n`` to try: all of one or two bytes, else 4 last.
 
-    Two-byte completions may be the only first token BPE leaves alone (Qwen3's
-    ``" " | "\xe2" | "\x92\x8c"``); for three bytes, 4 spread values of the last one.
+    A two-byte completion may be the only one BPE leaves alone (Qwen3's ``"\xe2" "\x92\x8c"``).
     """
     if n == 1:
         return [bytes([x]) for x in _CONT]
