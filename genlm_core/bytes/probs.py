@@ -113,11 +113,7 @@ def check_byte(a: Any) -> int:
 
 
 def next_byte_logps(states: list[Any], extended: list[Any]) -> LazyByteProbs:
-    """The next-byte distribution of candidates and of those that ended a token.
-
-    A token ends only by being extended, so only the extended candidates count for EOT's
-    place; normalised over bytes and EOS.
-    """
+    """The next-byte distribution over bytes and EOS; a token ends through ``extended`` only."""
     rows = np.empty((len(states) + len(extended), 258))
     for i, state in enumerate([*states, *extended]):
         rows[i] = state.logp_next.ps

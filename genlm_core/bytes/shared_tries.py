@@ -129,10 +129,10 @@ async def shared_trie_async(
 
 
 async def shared_exact_trie_async(llm: Any, eos_byte_strings: set[bytes]) -> AsyncTokenByteTrie:
-    """The exact state's float64 trie of ``llm``'s vocabulary for these EOS strings.
+    """The exact state's float64 trie for these EOS strings, sharing the beam's trie's arrays.
 
-    It shares the beam's trie's arrays (one scan of the vocabulary). The beam's trie is
-    awaited here, not in the build: builds waiting on builds could fill every worker.
+    The beam's trie is awaited here, not in the build: builds waiting on builds could
+    fill every worker.
     """
     beam = await shared_trie_async(llm, eos_byte_strings)
 

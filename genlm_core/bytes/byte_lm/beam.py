@@ -148,7 +148,7 @@ class ByteBeamState(StatefulByteLM):
     ) -> list[LazyTrieState]:
         """The extensions above the threshold, materialized, in genlm-bytes' order.
 
-        With ``byte``, those the prune after it is certain to drop (given ``known``) are left out.
+        With ``byte``, those the prune after it surely drops (given ``known``) are left out.
         """
         candidates = [e for state in self.states for e in state.extend_all()]
         for e in candidates:

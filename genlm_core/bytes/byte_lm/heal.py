@@ -138,10 +138,7 @@ class TokenHealer:
 
 
 async def _prefetch_commits(state: Any, trie: Any, ks: list[int]) -> None:
-    """Ask the model at once for the contexts every backoff ``k`` commits to (cache warming).
-
-    Skipped for token contexts that are not a model's (test doubles).
-    """
+    """Ask the model at once for the contexts every backoff ``k`` commits to (cache warming)."""
     lm_state = state.lm_state
     model = getattr(lm_state, "model", None)
     context = getattr(lm_state, "context", None)

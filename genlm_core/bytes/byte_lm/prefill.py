@@ -71,11 +71,7 @@ def _likely_detours(
     rows: torch.Tensor,
     prune_threshold: float,
 ) -> list[tuple[int, int]]:
-    """``(boundary j, token)`` of the likely one-token detours from the path, likeliest first.
-
-    A detour spells the text's next bytes; it is asked for when its log-probability is within
-    ``log(share)`` of the path token's.
-    """
+    """``(boundary j, token)`` of the likely one-token detours from the path, likeliest first."""
     share = DETOUR_SLACK * prune_threshold if prune_threshold > 0 else DETOUR_FLOOR
     log_share = math.log(share)
     found: list[tuple[float, int, int]] = []
@@ -106,8 +102,7 @@ def _tokens_spelling_prefixes(trie: Any, spelled: bytes, position: int) -> list[
 def canonical_tokens(model: Any, trie: Any, spelled: bytes) -> list[int]:
     """A tokenization spelling exactly ``spelled``, as the model's tokenizer would cut it.
 
-    The tokenizer's tokens of the longest UTF-8 prefix when they spell it; otherwise, and
-    for the rest, tokens cut greedily, longest first, along the trie.
+    Where the tokenizer's tokens do not spell the bytes, greedy longest-first along the trie.
     """
     try:
         text, rest = spelled.decode("utf-8"), b""

@@ -66,11 +66,7 @@ def goes_on_longer(canon: Any, pending: Any, spelled: bytes, spell: Spellings) -
 
 
 def reading(origins: list[tuple[Any, bytes]], text: bytes, spell: Spellings) -> list[Any]:
-    """The contexts reading ``text`` byte by byte will ask for, in order (speculation).
-
-    A context is kept as soon as its token is canonical; a candidate stops at the first byte
-    no canonical token of it can spell.
-    """
+    """The contexts reading ``text`` byte by byte will ask for, in order (speculation)."""
     out = []
     alive = [(lm_state, -len(partial), partial) for lm_state, partial in origins]
     for k in range(1, len(text) + 1):

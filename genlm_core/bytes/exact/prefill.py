@@ -26,8 +26,8 @@ CALL_TOKEN_IDS = 2 * 2**20
 class PlanNode:
     """A canonical context met while reading, ending at offset ``end`` of the text.
 
-    Its token ids are ``prefix + tail`` (``prefix`` shared with other nodes); ``logp`` is set
-    once its parent's row is read; roots have ``partial``, their current token's bytes.
+    Its token ids are ``prefix + tail`` (``prefix`` shared); ``logp`` is set once its
+    parent's row is read; roots have ``partial``, their current token's bytes.
     """
 
     __slots__ = (
@@ -87,19 +87,10 @@ async def windowed_plan(
 ) -> list[PlanNode]:
     """Read ``text`` from ``roots`` window by window; the nodes that end the reading.
 
-    Args:
-        roots: The candidates reading starts from (``logp`` set).
-        text: The bytes to read.
-        spell: The vocabulary by bytes.
-        canon: The canonical filter.
-        fetch: ``async fetch(chain, nodes)``: per node (by ``id``), its children's
-            tokens' log-probabilities; ``chain`` suits one prefix call.
-        run: ``await run(fn)`` runs the planning off the event loop, under the filter's lock.
-        window: Bytes per window (default :data:`WINDOW_BYTES`).
-        lookahead: Bytes read past a window (default :data:`LOOKAHEAD_BYTES`).
-
-    Returns:
-        The nodes ending in the text's last ``spell.longest`` bytes that read it to its end.
+    ``fetch(chain, nodes)`` returns, per node (by ``id``), its children's tokens'
+    log-probabilities (``chain`` suits one prefix call); ``await run(fn)`` runs the planning
+    off the event loop under the filter's lock. Returned: the nodes ending in the text's last
+    ``spell.longest`` bytes that read it to its end, ``logp`` set.
     """
     window = WINDOW_BYTES if window is None else max(1, int(window))
     ahead = max(LOOKAHEAD_BYTES if lookahead is None else int(lookahead), spell.longest)

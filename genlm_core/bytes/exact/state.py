@@ -302,8 +302,7 @@ async def _entries(
 ) -> dict[int, list[float]]:
     """For each node (by ``id``), its children's tokens' log-probabilities after it.
 
-    The chain is one prefix call, the rest batched calls, each within the row and token-id
-    budgets of :mod:`.prefill`; rows are let go once read.
+    One prefix call along the chain, batched calls for the rest, within :mod:`.prefill`'s budgets.
     """
     # Nodes with the same context share a row. A context is keyed by its shared
     # prefix list (by identity) and its tail: no copy or hash of its token ids, which

@@ -385,16 +385,4 @@ def verification_texts(token_texts: list[Any], reps: list[str]) -> list[str]:
 
 #: One character per Unicode category the regexes commonly test, so every class exists.
 PROBE_CHARS = list("aAzZsStTrReEvVmMlLdD09 \t\n\r\x0b\x0c'\".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`")
-PROBE_CHARS += [
-    "\u00a0",
-    "\u2003",
-    "\u3000",
-    "\u0301",
-    "é",
-    "中",
-    "😀",
-    "٣",
-    "Ⅳ",
-    "\u200b",
-    "\x85",
-]
+PROBE_CHARS += ["\u00a0", "\u2003", "\u3000", "\u0301", "é", "中", "😀", "٣", "Ⅳ", "\u200b", "\x85"]

@@ -9,15 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = [
-    "LEAD",
-    "TEXT",
-    "TRAIL",
-    "Completion",
-    "completions",
-    "split_utf8",
-    "utf8_length",
-]
+__all__ = ["LEAD", "TEXT", "TRAIL", "Completion", "completions", "split_utf8", "utf8_length"]
 
 #: Witnesses kept per (token, completed character class): a context can rule out some.
 WITNESSES = 3
