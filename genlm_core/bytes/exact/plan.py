@@ -24,12 +24,7 @@ class Spellings:
 
     def exact(self, data: bytes) -> list[int]:
         """Ids of the tokens whose bytes are ``data``."""
-        lo = bisect.bisect_left(self.keys, data)
-        out = []
-        while lo < len(self.keys) and self.keys[lo] == data:
-            out.append(self.ids[lo])
-            lo += 1
-        return out
+        return self.ids[bisect.bisect_left(self.keys, data) : bisect.bisect_right(self.keys, data)]
 
     def starts(self, prefix: bytes) -> bool:
         """Whether some token starts with ``prefix`` (or is it)."""
