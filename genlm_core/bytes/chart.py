@@ -1,8 +1,6 @@
-"""``Chart``: a dict with a default value and the arithmetic of distributions.
+"""``Chart``: a dict with a default value and the arithmetic of distributions (genlm-bytes').
 
-Kept from genlm-bytes 0.2.0 (``Chart(zero, vals)``, ``argmax``, ``top``,
-``normalize``, ``map_values``, ...). ``compare`` needs pandas, which genlm-core does not
-depend on: it is imported only there.
+``compare`` needs pandas, which genlm-core does not depend on: it is imported only there.
 """
 
 from __future__ import annotations
@@ -16,11 +14,9 @@ __all__ = ["Chart"]
 
 
 class Chart(dict):
-    """A dictionary whose missing keys read as ``zero``.
+    """A dictionary whose missing keys read as ``zero``: ``Chart(zero, vals=())``.
 
-    Args:
-        zero: The value of a missing key (``0`` for probabilities, ``-inf`` for logs).
-        vals: Initial ``(key, value)`` pairs or a mapping.
+    ``zero`` is ``0`` for probabilities, ``-inf`` for log-probabilities.
     """
 
     def __init__(self, zero: Any, vals: Any = ()) -> None:

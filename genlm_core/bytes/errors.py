@@ -1,8 +1,7 @@
 """The errors of the byte-level LM.
 
-Each derives from :class:`~genlm_core.errors.GenlmError` and from the builtin that
-genlm-bytes 0.2.0 raises (or would have raised) in the same place, so code written
-for genlm-bytes keeps catching them.
+Each derives from :class:`~genlm_core.errors.GenlmError` and from the builtin genlm-bytes
+0.2.0 raises (or would have raised) in the same place, so its callers keep catching them.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ __all__ = [
 class InvalidBeamParamsError(GenlmError, ValueError, TypeError):
     """A :class:`~genlm_core.bytes.BeamParams` field has a value it cannot take.
 
-    genlm-bytes raises ValueError for a negative ``prune_threshold`` and TypeError for
-    ``eos_tokens`` given with ``eos_byte_strings``; this error is both.
+    Both a ValueError and a TypeError: genlm-bytes raises either, depending on the field.
     """
 
 
@@ -36,8 +34,7 @@ class InvalidByteError(GenlmError, ValueError):
 class EmptyBeamError(GenlmError, AssertionError):
     """A beam with no candidate was asked for probabilities or advanced further.
 
-    genlm-bytes asserts ``len(beam) > 0``; the beam empties when the bytes it was fed
-    have no tokenization it kept (see ``BeamParams.heal``).
+    It empties when no kept tokenization spells the bytes fed (see ``BeamParams.heal``).
     """
 
 
@@ -56,16 +53,9 @@ class MissingStartTokenError(GenlmError, ValueError):
 class CanonicalityUnsupportedError(UnsupportedTokenizerError):
     """``ExactByteState`` does not cover this tokenizer; ``ByteBeamState`` works with any.
 
-    Raised for tokenizers that are not byte-level BPE (SentencePiece, Unigram, byte
-    fallback) or whose normalizer or pre-tokenizer canonicality cannot be read from,
-    and for those whose canonicality search the filter cannot bound (named with the
-    bound, when the filter is built: never during generation).
+    Raised when the filter is built (never during generation): the message names the part.
     """
 
 
 class NaNLogProbError(GenlmError, ValueError):
-    """A log-probability (or beam weight) to normalise is NaN.
-
-    genlm-bytes drops NaN in ``logsumexp``, which silently renormalises the rest; a
-    NaN means a model or a computation upstream went wrong, so it is raised instead.
-    """
+    """A log-probability (or beam weight) to normalise is NaN (genlm-bytes silently dropped it)."""

@@ -1,9 +1,6 @@
-"""``LazyByteProbs``: a next-byte distribution over 258 outcomes, and ``logsumexp``.
+"""``LazyByteProbs`` (a next-byte distribution: bytes 0-255, EOT 256, EOS 257) and ``logsumexp``.
 
-:func:`next_byte_logps` and :func:`check_byte` serve both byte states (beam and exact).
-
-Index ``b`` (0-255) is byte ``b``, 256 is end-of-token (EOT, also reached as
-``probs[None]``) and 257 is end-of-sequence (``EOS``). Kept from genlm-bytes 0.2.0.
+:func:`next_byte_logps` and :func:`check_byte` serve both byte states. Kept from genlm-bytes.
 """
 
 from __future__ import annotations
@@ -42,11 +39,7 @@ class LazyByteProbs:
         self.log_space = log_space
 
     def __getitem__(self, b: int | None) -> Any:
-        """The value of byte ``b`` (0-255), EOT (``None`` or 256) or EOS (257).
-
-        Raises:
-            InvalidByteError: ``b`` is not one of those.
-        """
+        """The value of byte ``b`` (0-255), EOT (``None`` or 256) or EOS (257)."""
         if b is None:
             return self.ps[EOT]
         if not 0 <= b <= EOS:
@@ -86,11 +79,7 @@ def _special(x: Any) -> str:
 
 
 def logsumexp(arr: Iterable[float]) -> float:
-    """``log(sum(exp(arr)))`` without overflow, in float64; ``-inf`` for an empty input.
-
-    Raises:
-        NaNLogProbError: An entry is NaN (genlm-bytes dropped it, renormalising the rest).
-    """
+    """``log(sum(exp(arr)))`` in float64, ``-inf`` if empty; a NaN raises ``NaNLogProbError``."""
     a = np.asarray(arr, dtype=np.float64)
     reject_nan(a, "logsumexp")
     a = a[a > -np.inf]
@@ -124,12 +113,7 @@ def check_byte(a: Any) -> int:
 
 
 def next_byte_logps(states: list[Any], extended: list[Any]) -> LazyByteProbs:
-    """The next-byte distribution of candidates and of the candidates that ended a token.
-
-    Each candidate contributes its weight plus its own next-byte log-probabilities,
-    except end-of-token: a token ends only by being extended, and the extended
-    candidates contribute in its place. Normalised over bytes and EOS.
-    """
+    """The next-byte distribution over bytes and EOS; a token ends through ``extended`` only."""
     rows = np.empty((len(states) + len(extended), 258))
     for i, state in enumerate([*states, *extended]):
         rows[i] = state.logp_next.ps

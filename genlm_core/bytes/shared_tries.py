@@ -1,19 +1,9 @@
 """What the byte states build once per model and share: tries, filters, their builds.
 
-Building a byte trie or a canonical filter for a 128k-token vocabulary takes seconds,
-so each is built once per model (and options) and shared by every state over it;
-beams in flight together (SMC particles) then also share a trie's batching.
-
-* One registry, :func:`shared` / :func:`shared_async`: per model (held weakly: what
-  it built goes with the model), per key (the kind and what makes it differ: EOS
-  strings, trie options). A build runs once for everyone asking for its key meanwhile,
-  from any event loop or thread; :func:`shared_async` runs it in a worker thread (the
-  event loop runs on). A model that takes no weak reference, or options that cannot be
-  a key, get builds of their own.
-* :func:`locked`: a call on a shared canonical filter in a worker thread, holding its
-  lock (its caches are not thread-safe).
-* The tries: the beam's (:func:`shared_trie_async`) and the exact state's float64 one
-  (:func:`shared_exact_trie_async`), which reuses the beam's scan of the vocabulary.
+One registry (:func:`shared`, :func:`shared_async`) per model, held weakly, per key; a
+build runs once for everyone asking meanwhile, in a worker thread for the async form.
+:func:`locked` calls a shared filter off the event loop under its lock (docs/bytes.md,
+*The event loop*).
 """
 
 from __future__ import annotations
@@ -46,14 +36,10 @@ _PENDING: dict[tuple[int, Hashable], concurrent.futures.Future[Any]] = {}
 _LOCK = threading.Lock()  # guards the two above
 
 
-# -- the registry --------------------------------------------------------------------------
-
-
 def shared(llm: Any, key: Hashable | None, build: Callable[[], T]) -> T:
     """What ``build()`` makes for ``llm`` and ``key``: built once, kept while ``llm`` lives.
 
-    A caller that finds the build under way (in another thread) waits for it. ``key``
-    None (options that cannot be a key) builds an unshared copy.
+    Callers meanwhile wait for the same build; ``key`` None builds an unshared copy.
     """
     if key is None:
         return build()
@@ -66,10 +52,7 @@ def shared(llm: Any, key: Hashable | None, build: Callable[[], T]) -> T:
 
 
 async def shared_async(llm: Any, key: Hashable | None, build: Callable[[], T]) -> T:
-    """:func:`shared`, built in a worker thread: the event loop runs on meanwhile.
-
-    A caller cancelled while waiting does not cancel the build.
-    """
+    """:func:`shared`, built in a worker thread; a cancelled caller does not cancel the build."""
     if key is None:
         return await asyncio.wrap_future(_BUILDS.submit(build))
     found, future, mine = _claim(llm, key)
@@ -119,9 +102,6 @@ def _build_into(future: concurrent.futures.Future[Any], llm: Any, key: Hashable,
     future.set_result(made)
 
 
-# -- the tries -----------------------------------------------------------------------------
-
-
 def _beam_trie(llm: Any, eos_byte_strings: set[bytes], trie_opts: dict[str, Any] | None):
     """The registry key of the beam's trie for these options, and its build."""
     opts = {**(trie_opts or {}), "eos_byte_strings": set(eos_byte_strings)}
@@ -144,20 +124,15 @@ def _hashable(value: Any) -> Hashable:
 async def shared_trie_async(
     llm: Any, eos_byte_strings: set[bytes], trie_opts: dict[str, Any] | None = None
 ) -> AsyncTokenByteTrie:
-    """The beam's ``AsyncTokenByteTrie`` of ``llm``'s vocabulary for these options.
-
-    ``trie_opts`` are keyword arguments of ``AsyncTokenByteTrie.from_vocab``.
-    """
+    """The beam's trie of ``llm``'s vocabulary (``trie_opts``: ``from_vocab`` options)."""
     return await shared_async(llm, *_beam_trie(llm, eos_byte_strings, trie_opts))
 
 
 async def shared_exact_trie_async(llm: Any, eos_byte_strings: set[bytes]) -> AsyncTokenByteTrie:
-    """The exact state's float64 byte trie of ``llm``'s vocabulary for these EOS strings.
+    """The exact state's float64 trie for these EOS strings, sharing the beam's trie's arrays.
 
-    It shares the arrays of the beam's trie without options (one scan of the
-    vocabulary); where a trie plugin made that one, it scans a ``TokenByteTrie``. The
-    beam's trie is awaited here, not in the build: a build blocking its worker on
-    another build queued behind it would wait forever once every worker did so.
+    The beam's trie is awaited here, not in the build: builds waiting on builds could
+    fill every worker.
     """
     beam = await shared_trie_async(llm, eos_byte_strings)
 
@@ -168,9 +143,6 @@ async def shared_exact_trie_async(llm: Any, eos_byte_strings: set[bytes]) -> Asy
         return AsyncTokenByteTrie(base.with_dtype(np.float64))
 
     return await shared_async(llm, ("exact trie", frozenset(eos_byte_strings)), build)
-
-
-# -- off the event loop --------------------------------------------------------------------
 
 
 async def locked(obj: Any, fn: Callable[..., T], *args: Any) -> T:

@@ -1,21 +1,8 @@
 """``ByteBeamState``: a language model over bytes, by a beam over tokenizations.
 
-The probability of a byte string sums over every tokenization that spells it; the
-beam keeps the ``K`` heaviest partial tokenizations (:class:`LazyTrieState`) and
-reads one byte at a time. Same algorithm, parameters and results as genlm-bytes
-0.2.0 (within float rounding: weights here are float64, genlm-bytes' float32).
-
-Where the time goes, and what is done about it (a model call costs tens of
-milliseconds on a CPU, a trie call a fraction of one):
-
-* every model call of a step (all candidates ending a token, all beams in flight)
-  is awaited together, so the model's batcher runs them in one forward; their trie
-  masses come from one batched kernel call (:meth:`AsyncTokenByteTrie.log_weight_sum`);
-* ``prefill`` asks the model for the whole known text in one forward first (and for
-  the likely other tokenizations of it in one more), so the beam's calls along it are
-  cache hits (see :mod:`genlm_core.bytes.byte_lm.prefill`), and it never computes a
-  candidate the next ``prune()`` is certain to drop (:mod:`.pruning`);
-* tries are built once per model and options and shared by every beam over them.
+Keeps the ``K`` heaviest partial tokenizations (:class:`LazyTrieState`) and reads one
+byte at a time: genlm-bytes 0.2.0's algorithm, parameters and results (weights in
+float64). How it batches model calls: docs/bytes.md, *Speed, and where the time goes*.
 """
 
 from __future__ import annotations
@@ -47,12 +34,7 @@ __all__ = ["BeamParams", "ByteBeamState"]
 
 
 class ByteBeamState(StatefulByteLM):
-    """A beam of candidate tokenizations of the bytes read so far.
-
-    Args:
-        states: The candidates (kept sorted by decreasing weight).
-        params: The beam's parameters.
-    """
+    """A beam of candidate tokenizations of the bytes read (kept by decreasing weight)."""
 
     def __init__(self, states: list[LazyTrieState], params: BeamParams) -> None:
         self.states = sorted(states, key=lambda s: -s.weight)
@@ -69,23 +51,20 @@ class ByteBeamState(StatefulByteLM):
     ) -> ByteBeamState:
         """The beam before any byte: one candidate at the model's start token.
 
-        The trie is built once per model and options, in a worker thread (the event
-        loop runs on; concurrent calls share one build).
+        The trie is built once per model and options, in a worker thread.
 
         Args:
-            llm: Any token-level AsyncLM (``next_token_logprobs``, ``byte_vocab``,
-                ``tokenizer``).
+            llm: Any token-level AsyncLM (``next_token_logprobs``, ``byte_vocab``, ``tokenizer``).
             params: Beam parameters (their ``eos_byte_strings`` configure the trie).
-            trie_opts: Keyword arguments of ``AsyncTokenByteTrie.from_vocab`` (for
-                example ``{"backend": "numba"}``).
-            initial_context: Token ids to start from (a prompt, a chat template)
-                instead of the start token (the tokenizer's BOS, else its EOS).
+            trie_opts: Keyword arguments of ``AsyncTokenByteTrie.from_vocab``
+                (e.g. ``{"backend": "numba"}``).
+            initial_context: Token ids to start from instead of the start token (the
+                tokenizer's BOS, else its EOS).
 
         Raises:
             InvalidBeamParamsError: ``params`` is not a ``BeamParams``.
             InvalidTokenIdsError: ``initial_context`` is not a non-empty list of token ids.
-            MissingStartTokenError: No ``initial_context`` and the tokenizer has no BOS
-                or EOS token.
+            MissingStartTokenError: No ``initial_context`` and no BOS or EOS token.
         """
         if not isinstance(params, BeamParams):
             raise InvalidBeamParamsError(
@@ -113,8 +92,6 @@ class ByteBeamState(StatefulByteLM):
     def logZ(self) -> float:  # noqa: N802 - genlm-bytes' name
         """Log of the beam's total weight: the estimated log-probability of the bytes read."""
         return logsumexp([s.weight for s in self.states])
-
-    # -- reading bytes ---------------------------------------------------------------
 
     async def __lshift__(self, a: int) -> ByteBeamState:
         """The beam after reading byte ``a`` (0-255) or ``EOS`` (257).
@@ -163,11 +140,7 @@ class ByteBeamState(StatefulByteLM):
         return next_byte_logps(self.states, await self.extend(self.logZ))
 
     async def extend(self, logZ: float) -> list[LazyTrieState]:  # noqa: N803 - genlm-bytes' name
-        """End the token of every candidate that can: the new states, materialized.
-
-        Extensions whose weight share (against ``logZ`` plus every extension's weight)
-        is at most ``prune_threshold`` are left out, unmaterialized.
-        """
+        """The candidates after ending their token, materialized, less those below the threshold."""
         return await self._materialized_extensions(logZ, None, [])
 
     async def _materialized_extensions(
@@ -175,8 +148,7 @@ class ByteBeamState(StatefulByteLM):
     ) -> list[LazyTrieState]:
         """The extensions above the threshold, materialized, in genlm-bytes' order.
 
-        With ``byte`` (the beam reads it next, and prunes right after), those the
-        prune is certain to drop given the ``known`` states are not computed.
+        With ``byte``, those the prune after it surely drops (given ``known``) are left out.
         """
         candidates = [e for state in self.states for e in state.extend_all()]
         for e in candidates:
@@ -230,10 +202,8 @@ class ByteBeamState(StatefulByteLM):
     async def prefill(self, bs: Any) -> ByteBeamState:
         """The beam after reading the bytes ``bs`` (EOS tokens are ordinary tokens meanwhile).
 
-        Equivalent to ``beam = await (beam.prune() << b)`` for each byte, in the
-        ``WITHOUT_EOS`` mode. Faster: the model is asked for the text's likely
-        tokenizations in one or two forwards first, and candidates that the next
-        prune drops are never computed.
+        ``beam = await (beam.prune() << b)`` for each byte in ``WITHOUT_EOS`` mode, faster: the
+        model is asked for the likely tokenizations first, and sure-to-be-pruned candidates skipped.
         """
         from genlm_core.bytes.byte_lm.prefill import WINDOW_BYTES, read_ahead
 

@@ -1,13 +1,7 @@
 """``TokenHealer``: another tokenization of the current token when a byte fits none.
 
-When no candidate of the beam can read the next byte, healing backs off: it commits
-the first ``k`` bytes of the candidate's partial token as a token (``k`` from the
-longest down), replays the rest of the partial token from the new context (ending a
-token again whenever a byte does not fit, at most ``max_splits`` times), then reads
-the byte. The first ``k`` that gets through wins. Same algorithm and weights as
-genlm-bytes 0.2.0; what differs is cost: the model calls of every ``k``'s commit are
-asked for together up front, so the batcher computes them in one forward instead of
-one forward per ``k`` tried.
+genlm-bytes 0.2.0's algorithm and weights (docs/bytes.md, *Healing*); the model calls of
+every backoff tried are asked for together up front, one forward.
 """
 
 from __future__ import annotations
@@ -41,12 +35,7 @@ class TokenHealer:
         self.verbose = verbose
 
     async def try_heal(self, state: Any, next_byte: int) -> LazyTrieState | None:
-        """A state that has read ``next_byte`` through another tokenization, or None.
-
-        Args:
-            state: A materialized state that cannot read ``next_byte``.
-            next_byte: The byte to read.
-        """
+        """A state that has read ``next_byte`` through another tokenization, or None."""
         partial = state.partial
         trie = state.trie.trie
         # Undo the current token's path: weight + mass[root] - mass[node].
@@ -149,12 +138,7 @@ class TokenHealer:
 
 
 async def _prefetch_commits(state: Any, trie: Any, ks: list[int]) -> None:
-    """Ask the model, all at once, for the contexts every backoff ``k`` commits to.
-
-    Only warms the model's cache (the batcher computes them in one forward); the
-    healing itself then runs exactly as before. Skipped for token contexts that are
-    not a model's (test doubles).
-    """
+    """Ask the model at once for the contexts every backoff ``k`` commits to (cache warming)."""
     lm_state = state.lm_state
     model = getattr(lm_state, "model", None)
     context = getattr(lm_state, "context", None)

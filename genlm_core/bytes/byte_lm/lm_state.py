@@ -1,7 +1,7 @@
 """``StatefulTokenizedLM`` (a token context over an AsyncLM) and ``StatefulByteLM``.
 
 ``StatefulByteLM`` is the abstract byte-level LM with genlm-bytes' ``greedy`` and
-``sample`` loops; :class:`~genlm_core.bytes.ByteBeamState` implements it.
+``sample`` loops; both byte states implement it.
 """
 
 from __future__ import annotations
@@ -28,10 +28,7 @@ __all__ = [
 
 
 def start_token_id(tokenizer: Any) -> int:
-    """The token a context starts with: the tokenizer's BOS, else its EOS.
-
-    genlm-bytes uses ``bos_token_id`` and breaks on tokenizers without one (Qwen);
-    such models are trained with the EOS token between documents.
+    """The token a context starts with: the tokenizer's BOS, else its EOS (Qwen has no BOS).
 
     Raises:
         MissingStartTokenError: The tokenizer has neither.
@@ -52,8 +49,7 @@ def initial_token_ids(model: Any, initial_context: Any) -> list[int]:
 
     Raises:
         MissingStartTokenError: No ``initial_context`` and the tokenizer has no BOS or EOS.
-        InvalidTokenIdsError: ``initial_context`` is not a non-empty sequence of token ids
-            of ``model``'s vocabulary.
+        InvalidTokenIdsError: ``initial_context`` is not a non-empty list of token ids.
     """
     if initial_context is None:
         return [start_token_id(model.tokenizer)]
@@ -136,10 +132,7 @@ class StatefulTokenizedLM:
 
 
 def sample_dict(probs: Mapping[Any, float]) -> Any:
-    """A key of ``probs`` drawn in proportion to its value (numpy's global generator).
-
-    The inverse-CDF draw of genlm-bytes' default sampler (arsenal's ``sample_dict``).
-    """
+    """A key of ``probs`` drawn in proportion to its value (genlm-bytes' inverse-CDF sampler)."""
     keys = list(probs.keys())
     cdf = np.cumsum(np.fromiter(probs.values(), dtype=np.float64, count=len(keys)))
     return keys[int(cdf.searchsorted(np.random.uniform(0, 1) * cdf[-1]))]
@@ -168,24 +161,16 @@ class StatefulByteLM(ABC):
         return state
 
     async def greedy(self, context: Any, steps: int) -> bytes:
-        """``context`` followed by ``steps`` most likely bytes (fewer if EOS comes first).
-
-        Args:
-            context: The bytes to condition on (prefilled first).
-            steps: Bytes to generate.
-        """
+        """``context`` (prefilled first) followed by ``steps`` most likely bytes (fewer at EOS)."""
         return await self._generate(context, steps, lambda probs: probs.argmax())
 
     async def sample(
         self, context: Any, steps: int, draw: Callable[[Any], Any] = sample_dict
     ) -> bytes:
-        """``context`` followed by ``steps`` sampled bytes (fewer if EOS is drawn).
+        """``context`` (bytes, prefilled first) followed by ``steps`` sampled bytes (fewer at EOS).
 
-        Args:
-            context: The bytes to condition on (prefilled first).
-            steps: Bytes to generate.
-            draw: Picks a key from a ``Chart`` of probabilities (bytes 0-255, ``None``
-                for EOT, 257 for EOS); default: in proportion to the probabilities.
+        ``draw`` picks a key from a ``Chart`` of probabilities (bytes 0-255, ``None`` for EOT,
+        257 for EOS); by default in proportion to them.
         """
         return await self._generate(
             context, steps, lambda probs: draw(probs.materialize().map_values(np.exp))

@@ -21,10 +21,10 @@ class BeamParams:
     Args:
         K: Beam width: most candidate tokenizations kept after each byte (>= 1).
         prune_threshold: Candidates whose share of the beam's probability is at most
-            this are dropped (0 keeps all, up to ``K``); must be in ``[0, 1)``.
+            this are dropped (0 keeps all, up to ``K``); in ``[0, 1)``.
         verbose: Print the beam after every byte and healing steps.
         eos_byte_strings: Byte strings of the tokens that end a sequence (their
-            probability goes to the virtual byte ``EOS`` = 257 after a prefill).
+            probability goes to the virtual byte ``EOS`` = 257).
         heal: When the next byte fits no candidate, try other tokenizations of the
             current token (adaptive token healing) instead of emptying the beam.
         heal_max_backoff: Most bytes healing may back off (None: no limit).
@@ -33,8 +33,7 @@ class BeamParams:
         eos_tokens: Deprecated name of ``eos_byte_strings``.
 
     Raises:
-        InvalidBeamParamsError: A field is out of range or of the wrong type (a
-            ValueError and a TypeError).
+        InvalidBeamParamsError: A field is out of range or of the wrong type.
     """
 
     K: int

@@ -1,23 +1,8 @@
 """Read-ahead for ``ByteBeamState.prefill``: the model calls of a known text, batched.
 
-Reading a text byte by byte, the beam asks the model for the next-token distribution
-whenever a candidate ends a token, one context at a time: genlm-bytes makes one
-sequential forward per call (64 for 219 bytes of English on SmolLM2, each a batch of
-one). The text is known in advance, so most of those contexts are too:
-
-1. **Its tokenization.** The tokenizer's own tokenization of the text, after the
-   heaviest candidate's context, is the path the beam mostly follows (47 of those 64
-   calls). One ``prefix_next_token_logprobs`` call computes every distribution along
-   it in one forward.
-2. **One-token detours.** At each boundary of that path the beam may also end a
-   shorter (or longer) token that spells the next bytes, when that token is likely
-   enough against the path's (16 of the 64 calls, each the path plus one token).
-   With the path's distributions known, those likely enough are asked for in one
-   batched call: one more forward, each row one new token on a cached prefix.
-
-This only warms the model's caches; the beam then reads the bytes exactly as before,
-and whatever it asks that was not foreseen is computed then. Long texts go window
-by window, so the rows kept stay bounded.
+The text's tokenization after the heaviest candidate is asked for in one prefix forward,
+then its likely one-token detours in one batched call. It only warms the model's caches:
+the beam then reads the bytes exactly as before. Long texts go window by window.
 """
 
 from __future__ import annotations
@@ -43,11 +28,7 @@ DETOUR_FLOOR = 1e-3
 
 
 async def read_ahead(beam: Any, text: bytes) -> None:
-    """Warm the model's caches with the calls ``beam`` will likely make reading ``text``.
-
-    Does nothing for models or token states it does not know how to ask (then the
-    beam simply computes each call when it comes).
-    """
+    """Warm the model's caches with the calls ``beam`` will likely make reading ``text``."""
     if not beam.states or not text:
         return
     state = beam.states[0]  # the heaviest candidate
@@ -90,12 +71,7 @@ def _likely_detours(
     rows: torch.Tensor,
     prune_threshold: float,
 ) -> list[tuple[int, int]]:
-    """``(boundary j, token)`` of likely one-token detours from the path, likeliest first.
-
-    At boundary ``j`` (after ``tokens[:j]``) the path's next token is ``tokens[j]``;
-    a detour is another token spelling the text's next bytes, asked for when its
-    log-probability is within ``log(share)`` of the path token's.
-    """
+    """``(boundary j, token)`` of the likely one-token detours from the path, likeliest first."""
     share = DETOUR_SLACK * prune_threshold if prune_threshold > 0 else DETOUR_FLOOR
     log_share = math.log(share)
     found: list[tuple[float, int, int]] = []
@@ -126,9 +102,7 @@ def _tokens_spelling_prefixes(trie: Any, spelled: bytes, position: int) -> list[
 def canonical_tokens(model: Any, trie: Any, spelled: bytes) -> list[int]:
     """A tokenization spelling exactly ``spelled``, as the model's tokenizer would cut it.
 
-    The tokenizer encodes the longest valid UTF-8 prefix; when its tokens do not spell
-    those bytes (SentencePiece's added leading space, normalisation) or for the
-    undecodable rest, tokens are cut greedily, longest first, along the trie.
+    Where the tokenizer's tokens do not spell the bytes, greedy longest-first along the trie.
     """
     try:
         text, rest = spelled.decode("utf-8"), b""

@@ -1,18 +1,8 @@
 """Which candidates a beam's next ``prune()`` is certain to drop, before computing them.
 
-While the beam reads a known text (``prefill``), every byte is followed by
-``prune()``: keep the states whose share of the beam's probability exceeds the
-threshold, then the ``K`` heaviest. A state that ends a token must be materialized
-(a model call and a trie call) before reading the byte, but its weight after the
-byte can only be lower than before (a byte's mass is part of the token's), so that
-weight is an upper bound. A candidate is certainly dropped when at least ``K``
-exactly known states weigh more than its bound, or when its bound is at most the
-threshold share of the known states' total. Dropping it unseen also lowers the
-total the next prune divides by; that is harmless as long as every known state's
-keep/drop decision is the same at both ends of the total's possible range.
-
-Pure functions over weights (log-probabilities), so they are tested against a brute
-force over every possible outcome.
+A candidate's weight after the next byte is at most its weight now, so it is dropped
+unseen when ``K`` known states outweigh that bound or the bound is below the threshold
+share, provided no known state's keep/drop decision changes. Pure functions of weights.
 """
 
 from __future__ import annotations
@@ -42,14 +32,8 @@ def certainly_dropped(
 ) -> list[bool]:
     """For each candidate weight bound, whether the next prune drops it whatever it is.
 
-    Args:
-        bounds: Upper bounds of the unknown candidates' weights.
-        known: Exact weights of the other states of the beam.
-        k: The beam width.
-        log_threshold: ``log(prune_threshold)`` (``-inf`` for none).
-
-    Raises:
-        NaNLogProbError: A bound or a known weight is NaN.
+    ``known``: the exact weights of the beam's other states; ``log_threshold``:
+    ``log(prune_threshold)`` (``-inf`` for none). A NaN raises ``NaNLogProbError``.
     """
     if any(math.isnan(b) for b in bounds):
         reject_nan(np.asarray(bounds, dtype=np.float64), "beam pruning (candidate bounds)")
@@ -65,13 +49,9 @@ def certainly_dropped(
 def decisions_unchanged(
     known: Sequence[float], dropped_bounds: Sequence[float], log_threshold: float
 ) -> bool:
-    """Whether leaving out candidates (with these weight bounds) changes no known state's fate.
+    """Whether leaving out candidates (these weight bounds) changes no known state's fate.
 
-    The next prune compares each weight with the total of the beam; without the
-    dropped candidates that total is lower, by at most their bounds' total.
-
-    Raises:
-        NaNLogProbError: A known weight or a bound is NaN.
+    Without them the beam's total is lower, by at most their bounds' total. A NaN raises.
     """
     low = _logsumexp(known)  # first: it rejects NaN weights
     if not dropped_bounds or log_threshold == -math.inf:

@@ -1,14 +1,8 @@
 """``LazyTrieState``: one candidate of the beam, a position in the token trie.
 
-A state is a token context (``lm_state``) plus the bytes read since its last token
-boundary (a node of the :class:`~genlm_core.trie.TokenByteTrie`) and its weight, the
-log-probability of the bytes read along this tokenization. ``mass[node]`` is the log
-of the probability, under the model's next-token distribution after the context, of
-the tokens that start with the node's bytes; reading a byte moves to a child and adds
-``mass[child] - mass[node]``, ending the token (EOT) moves to a new context.
-
-Masses are computed lazily, by :meth:`LazyTrieState.materialize`, only for states
-that pass the beam's pruning; states advanced by ``<<`` share their parent's masses.
+``mass[node]`` is the log-probability, after the context, of the tokens starting with the
+node's bytes; reading a byte adds ``mass[child] - mass[node]`` to the weight. Masses are
+computed by :meth:`LazyTrieState.materialize`, only for states that pass pruning.
 """
 
 from __future__ import annotations
@@ -57,7 +51,7 @@ class LazyTrieState:
         self.weight = weight
         self._mass = mass
         self._extend: list[LazyTrieState] | None = None
-        self.mode = _mode(mode)
+        self.mode = TrieMode(mode) if isinstance(mode, str) else mode  # or its value
         self.root = trie.trie.root
         self.children = trie.trie.children
         self.terminated = terminated
@@ -80,11 +74,7 @@ class LazyTrieState:
 
     @property
     def mass(self) -> np.ndarray:
-        """Log-mass of every trie node under this context's next-token distribution.
-
-        Raises:
-            NotMaterializedError: :meth:`materialize` has not run yet.
-        """
+        """Log-mass of every trie node; ``NotMaterializedError`` before :meth:`materialize`."""
         if self._mass is None:
             raise NotMaterializedError(
                 "State is not yet materialized: await state.materialize() first"
@@ -135,11 +125,7 @@ class LazyTrieState:
         )
 
     def extend_all(self) -> list[LazyTrieState]:
-        """The states after ending the token here: one per token id spelled by the node.
-
-        Each is at the root with the token appended to its context, not yet
-        materialized. Computed once per state.
-        """
+        """The states after ending the token here: one per token id, at the root, unmaterialized."""
         if self._extend is None:
             mass = self.mass
             here = mass.item(self.node)
@@ -193,13 +179,6 @@ class LazyTrieState:
         await self.trie.cleanup()
 
 
-def _mode(mode: Any) -> Any:
-    """A TrieMode from a TrieMode, its value (``"with_eos"``), or None (kept as is)."""
-    if isinstance(mode, str):
-        return TrieMode(mode)
-    return mode
-
-
 async def _log_masses(trie: Any, logps: Any, mode: Any) -> np.ndarray:
     """``log(weight_sum(exp(logps)))`` as a float64 array, batched with concurrent calls."""
     batched = getattr(trie, "log_weight_sum", None)
@@ -212,10 +191,7 @@ async def _log_masses(trie: Any, logps: Any, mode: Any) -> np.ndarray:
 
 
 def eot_edges(trie: Any, node: int) -> list[tuple[int, int]]:
-    """``(leaf, token_id)`` of every token ending at ``node`` of a ``TokenByteTrie``.
-
-    Its leaf edges are keyed ``(eot_sentinel, token_id)``; duplicate tokens all count.
-    """
+    """``(leaf, token_id)`` of every token ending at ``node`` of a trie (duplicates too)."""
     sentinel = trie.eot_sentinel
     return [
         (leaf, key[1])

@@ -1,13 +1,8 @@
 """Which contexts reading known bytes will ask the model for, found without the model.
 
-Whether a candidate survives a byte depends only on canonicality (the masks do not
-depend on the model's probabilities), so the contexts an :class:`ExactByteState`
-will materialize while reading a known text can be listed in advance: the canonical
-tokenizations of the text's prefixes that can still go on with the text. ``prefill``
-lists and asks for them window by window (:mod:`.prefill`) and then builds
-the final candidates directly; generation asks, together
-with the forward it needs anyway, for the contexts along the bytes it predicts next
-(speculation), so that when the prediction holds the next bytes cost no forward.
+Canonicality does not depend on the model's probabilities, so ``prefill`` lists its
+contexts in advance (:mod:`.prefill`) and generation asks for those along the predicted
+bytes in a forward it needs anyway (speculation).
 """
 
 from __future__ import annotations
@@ -29,12 +24,7 @@ class Spellings:
 
     def exact(self, data: bytes) -> list[int]:
         """Ids of the tokens whose bytes are ``data``."""
-        lo = bisect.bisect_left(self.keys, data)
-        out = []
-        while lo < len(self.keys) and self.keys[lo] == data:
-            out.append(self.ids[lo])
-            lo += 1
-        return out
+        return self.ids[bisect.bisect_left(self.keys, data) : bisect.bisect_right(self.keys, data)]
 
     def starts(self, prefix: bytes) -> bool:
         """Whether some token starts with ``prefix`` (or is it)."""
@@ -71,12 +61,7 @@ def goes_on_longer(canon: Any, pending: Any, spelled: bytes, spell: Spellings) -
 
 
 def reading(origins: list[tuple[Any, bytes]], text: bytes, spell: Spellings) -> list[Any]:
-    """The contexts reading ``text`` byte by byte will ask for, in order (speculation).
-
-    Unlike ``prefill``'s plan, a context is kept as soon as its token is canonical: reading
-    asks for it at that byte, whatever comes later. A candidate stops at the first
-    byte no canonical token of it can spell.
-    """
+    """The contexts reading ``text`` byte by byte will ask for, in order (speculation)."""
     out = []
     alive = [(lm_state, -len(partial), partial) for lm_state, partial in origins]
     for k in range(1, len(text) + 1):

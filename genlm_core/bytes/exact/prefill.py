@@ -1,22 +1,8 @@
 """``ExactByteState.prefill`` in windows: memory bounded by the window, not the text.
 
-Reading a known text, the contexts an :class:`ExactByteState` will ask for can be
-listed without the model (see :mod:`.plan`). Listing them all, then asking for
-every row at once, holds a row per context (a 24 KB text over Llama-3's 128k tokens:
-8 GB). Here the text is read ``WINDOW_BYTES`` at a time:
-
-1. the contexts ending in the window are listed, with ``LOOKAHEAD`` more bytes to
-   drop those the next bytes rule out (never one the whole text would keep);
-2. their rows are asked for (one prefix call along the longest chain, batched calls
-   for the rest, each call's rows and token ids within a budget), and from each row
-   only the entries of the plan's next tokens are kept, as soon as its call returns;
-   they make the log-probabilities of the contexts one token longer;
-3. the contexts of earlier windows are dropped: a context is a shared list of token
-   ids plus the few tokens after it.
-
-Every context's log-probability is the same sum as the unwindowed reading (its
-parent's plus one entry of its parent's row), so the result is the same; a text
-within one window makes exactly the same model calls as before.
+Each window's contexts are listed (with ``LOOKAHEAD_BYTES`` more to drop dead ones), asked
+for in budgeted calls keeping only the row entries needed, then dropped; the result is
+the unwindowed one (docs/bytes.md, *Long texts*).
 """
 
 from __future__ import annotations
@@ -40,10 +26,8 @@ CALL_TOKEN_IDS = 2 * 2**20
 class PlanNode:
     """A canonical context met while reading, ending at offset ``end`` of the text.
 
-    Its token ids are ``prefix + tail`` (``prefix`` a list shared with other nodes).
-    ``logp`` is the log-probability of the context (set once its parent's row is read).
-    Roots are the candidates reading starts from (``partial``: the bytes their current
-    token has read).
+    Its token ids are ``prefix + tail`` (``prefix`` shared); ``logp`` is set once its
+    parent's row is read; roots have ``partial``, their current token's bytes.
     """
 
     __slots__ = (
@@ -103,24 +87,10 @@ async def windowed_plan(
 ) -> list[PlanNode]:
     """Read ``text`` from ``roots`` window by window; the nodes that end the reading.
 
-    Args:
-        roots: The candidates reading starts from (``logp`` set, ``partial`` bytes).
-        text: The bytes to read.
-        spell: The vocabulary by bytes.
-        canon: The canonical filter.
-        fetch: ``async fetch(chain, nodes)``: for each of ``nodes``, by ``id(node)``,
-            the log-probabilities of its children's tokens after its context (a list
-            of floats read off its row); ``chain`` (a parent-to-child list of them)
-            suits one prefix call.
-        run: ``await run(fn)`` calls ``fn()`` (the planning, which queries the filter)
-            off the event loop, holding the filter's lock.
-        window: Bytes per window (default :data:`WINDOW_BYTES`).
-        lookahead: Bytes read past a window (default :data:`LOOKAHEAD_BYTES`, at
-            least the longest token).
-
-    Returns:
-        The nodes ending in the text's last ``spell.longest`` bytes that can read it to
-        its end (the roots not included), ``logp`` set.
+    ``fetch(chain, nodes)`` returns, per node (by ``id``), its children's tokens'
+    log-probabilities (``chain`` suits one prefix call); ``await run(fn)`` runs the planning
+    off the event loop under the filter's lock. Returned: the nodes ending in the text's last
+    ``spell.longest`` bytes that read it to its end, ``logp`` set.
     """
     window = WINDOW_BYTES if window is None else max(1, int(window))
     ahead = max(LOOKAHEAD_BYTES if lookahead is None else int(lookahead), spell.longest)
@@ -213,10 +183,7 @@ def _grow(
     by_end: dict[int, list[PlanNode]],
     partial: bytes,
 ) -> None:
-    """Add ``node``'s children: canonical tokens ending inside ``text`` that can go on.
-
-    The same children, in the same order, as a plan of the whole text would give.
-    """
+    """Add ``node``'s children: canonical tokens ending inside ``text`` that can go on."""
     start = max(node.end, 0)
     first = start if partial else start + 1  # a read partial token may end right here
     for stop in range(first, min(len(text), start + spell.longest) + 1):
@@ -284,11 +251,7 @@ def _deepest(tops: list[PlanNode], nodes: list[PlanNode]) -> list[PlanNode]:
 
 
 def _rebase(by_end: dict[int, list[PlanNode]], stop: int) -> None:
-    """Let the nodes from ``stop`` on forget the earlier ones (their parents, prefixes).
-
-    A node whose parent ends before ``stop`` gets the parent's token ids as its own
-    prefix (one list shared by the parent's children).
-    """
+    """Let the nodes from ``stop`` on forget the earlier ones (their parents, prefixes)."""
     shared: dict[int, list[int]] = {}
     for end in sorted(e for e in by_end if e >= stop):
         for node in by_end[end]:

@@ -1,28 +1,8 @@
 """``ExactByteState``: exact next-byte probabilities over canonical tokenizations.
 
-A byte-level BPE tokenizer (GPT-2, Llama-3, SmolLM2, ...) turns every text into one
-token string, and models put almost all their mass on such canonical strings. The
-probability of bytes ``b`` is taken as ``q(b)``, the sum of the model's probability
-``p(t)`` over the canonical token strings ``t`` that cover ``b`` (all tokens but the
-last end inside ``b``, the last may run past it); see docs/bytes.md for the
-definitions. Restricted to canonical strings the covering set is small, about one
-candidate per position where the last token could start, so it is kept whole: no
-``K``, no threshold, and ``logp_next()`` is exact.
-
-The candidates are :class:`ExactTrieState` s (a context, a position in the token
-trie, a weight); the interface is ``ByteBeamState``'s (``initial``, ``prefill``, ``<<``,
-``logp_next``, ``greedy``, ``sample``, ``logZ``, ``cleanup``). What it costs:
-
-* reading a byte may end a token in each candidate: the contexts that stay canonical
-  are asked for in one batched call (about one forward per byte when generating);
-  non-canonical ones are never asked for;
-* ``prefill`` lists the contexts it will need without the model
-  (:mod:`.plan`) and asks for them window by window, one prefix call and one
-  batched call per window, keeping only the row entries it needs
-  (:mod:`.prefill`: memory bounded by the window, not the text);
-* when a forward is needed anyway, the contexts along the bytes the heaviest
-  candidate predicts are asked for in the same forward (``speculate=True``), so that
-  the next bytes often need none.
+``q(b)`` sums the model's probability over the canonical token strings covering ``b``
+(docs/bytes.md, *Definitions*). Few candidates cover a byte string canonically, so they
+are kept whole: no ``K``, no threshold. The interface is ``ByteBeamState``'s.
 """
 
 from __future__ import annotations
@@ -81,14 +61,7 @@ class _Shared:
 
 
 class ExactByteState(StatefulByteLM):
-    """Every canonical tokenization covering the bytes read so far (see module doc).
-
-    Build it with :meth:`initial`.
-
-    Args:
-        states: The candidates (materialized, with finite weights).
-        shared: What the states of one model share.
-    """
+    """Every canonical tokenization covering the bytes read; build it with :meth:`initial`."""
 
     def __init__(self, states: list[ExactTrieState], shared: _Shared) -> None:
         self.states = sorted(states, key=lambda s: -s.weight)
@@ -105,26 +78,22 @@ class ExactByteState(StatefulByteLM):
     ) -> ExactByteState:
         """The state before any byte: after the model's start token, or ``initial_context``.
 
-        The filter, trie and tables a model needs are built once (shared by every state
-        over it, and by concurrent calls), in a worker thread: the event loop runs on.
+        What a model needs (filter, trie) is built once per model, in a worker thread.
 
         Args:
-            llm: Any token-level AsyncLM whose tokenizer is byte-level BPE.
+            llm: Any token-level AsyncLM whose tokenizer is byte-level or SentencePiece BPE.
             eos_byte_strings: Byte strings of the tokens that end a sequence (as in
                 ``BeamParams``): their probability goes to ``EOS`` (257).
             speculate: Ask for the contexts of predicted bytes in forwards that are
                 needed anyway (saves forwards on backends that cache, e.g. genlm-hf).
-            initial_context: Token ids to start from (a prompt, a chat template)
-                instead of the start token (the tokenizer's BOS, else its EOS); the
-                bytes read after them are tokenized as a text of their own.
+            initial_context: Token ids to start from instead of the start token (the
+                tokenizer's BOS, else its EOS); the bytes read after them are a text of their own.
 
         Raises:
-            CanonicalityUnsupportedError: The tokenizer is not byte-level BPE (or its
-                pre-tokenizer cannot be read); use ``ByteBeamState``.
+            CanonicalityUnsupportedError: The tokenizer is not covered; use ``ByteBeamState``.
             InvalidBeamParamsError: ``eos_byte_strings`` is not a collection of bytes.
             InvalidTokenIdsError: ``initial_context`` is not a non-empty list of token ids.
-            MissingStartTokenError: No ``initial_context`` and the tokenizer has no BOS
-                or EOS token.
+            MissingStartTokenError: No ``initial_context`` and no BOS or EOS token.
         """
         eos = _byte_strings(eos_byte_strings)
         start = initial_token_ids(llm, initial_context)
@@ -157,8 +126,6 @@ class ExactByteState(StatefulByteLM):
         """This state: nothing is pruned (kept for ``ByteBeamState``'s interface)."""
         return self
 
-    # -- reading bytes ---------------------------------------------------------------
-
     async def __lshift__(self, a: int) -> ExactByteState:
         """The state after byte ``a`` (0-255) or ``EOS`` (257).
 
@@ -185,10 +152,7 @@ class ExactByteState(StatefulByteLM):
         return next_byte_logps(self.states, await self.extend())
 
     async def extend(self) -> list[ExactTrieState]:
-        """Every candidate that ends a canonical token here, in its new context (materialized).
-
-        The new contexts are asked for in one batched call, with the speculative ones.
-        """
+        """Every candidate that ends a canonical token here, in its new context (materialized)."""
         canon = self.shared.canon
         candidates = await locked(canon, self._extensions)  # new contexts: the filter's work
         todo = [e for e in candidates if not e.is_materialized]
@@ -213,13 +177,8 @@ class ExactByteState(StatefulByteLM):
                 "under this model (invalid UTF-8, or bytes after EOS)"
             )
 
-    # -- speculation -----------------------------------------------------------------
-
     def _speculation(self, extensions: list[ExactTrieState]) -> list[tuple[int, ...]]:
-        """The contexts along the predicted next bytes, to ask for (cache warming).
-
-        Only when some needed context is new (a forward happens anyway).
-        """
+        """The new contexts along the predicted next bytes, when a forward happens anyway."""
         shared = self.shared
         new = [e for e in extensions if tuple(e.lm_state.context) not in shared.asked]
         if not new or not self.states:
@@ -239,17 +198,11 @@ class ExactByteState(StatefulByteLM):
         shared.remember(contexts)
         return contexts
 
-    # -- prefill ---------------------------------------------------------------------
-
     async def prefill(self, bs: Any) -> ExactByteState:
         """The state after the bytes ``bs`` (EOS tokens are ordinary tokens meanwhile).
 
-        Same result as ``state << b`` for each byte, every context's masses taken in
-        ``TrieMode.WITHOUT_EOS`` (the beam's ``prefill`` too reads a prompt's EOS byte
-        strings as text); faster: the contexts it needs are listed first (without the
-        model) and asked for in one prefix call along the longest chain and one
-        batched call per window of the text, of whose rows only the entries the next
-        steps need are kept (see :mod:`.prefill`).
+        Same result as ``state << b`` for each byte in ``TrieMode.WITHOUT_EOS``; faster: the
+        contexts needed are listed first, without the model, and asked for window by window.
         """
         data = _as_bytes(bs)
         if not data:
@@ -289,10 +242,7 @@ class ExactByteState(StatefulByteLM):
     async def _advanced(
         self, lm_state: CanonicalTokenizedLM, logp: float, rest: bytes
     ) -> ExactTrieState | None:
-        """A fresh candidate in ``lm_state`` (``logp``: its log-probability) past ``rest``.
-
-        None when no canonical token goes on with ``rest``.
-        """
+        """A fresh candidate in ``lm_state`` (log-probability ``logp``) past ``rest``, or None."""
         if not self.shared.spell.starts(rest):
             return None
         if not math.isfinite(logp):
@@ -320,14 +270,8 @@ class ExactByteState(StatefulByteLM):
         return "\n".join(lines) + "\n"
 
 
-# -- helpers -------------------------------------------------------------------------------
-
-
 def _predict(state: ExactTrieState, limit: int) -> bytes:
-    """The likeliest bytes after ``state``'s position, down its token trie by mass.
-
-    Stops where ending the token is likelier than going on, or after ``limit`` bytes.
-    """
+    """The likeliest bytes after ``state``'s position, down its trie by mass (at most ``limit``)."""
     out = bytearray()
     mass, children, node = state.mass, state.children, state.node
     while len(out) < limit:
@@ -358,10 +302,7 @@ async def _entries(
 ) -> dict[int, list[float]]:
     """For each node (by ``id``), its children's tokens' log-probabilities after it.
 
-    The chain goes through ``prefix_next_token_logprobs`` (one forward along it, which
-    also fills prefix caches); the other contexts are batched calls. Each call stays
-    within ``CALL_ROW_BYTES`` of rows and ``CALL_TOKEN_IDS`` token ids (a window of a
-    short text is one call of each), and its rows are let go once read.
+    One prefix call along the chain, batched calls for the rest, within :mod:`.prefill`'s budgets.
     """
     # Nodes with the same context share a row. A context is keyed by its shared
     # prefix list (by identity) and its tail: no copy or hash of its token ids, which

@@ -1,18 +1,7 @@
 """BPE inside one pre-token: which adjacent token pairs the merges leave as they are.
 
-Within a pre-token, byte-level BPE applies its merges lowest rank first (leftmost on
-ties, as the tokenizers library does). A token string is the BPE of its bytes exactly
-when every adjacent pair is (Vieira et al. 2025, bigram canonicality), so one pair
-test decides it. The pair ``(a, c)`` is broken when some merge ``(x, y)`` joins a
-symbol ``x`` on ``a``'s right edge (its *right spine*: ``a``, the right part it was
-merged from, and so on down to a byte) with a symbol ``y`` on ``c``'s left spine
-before ``x`` and ``y`` are merged into ``a`` and ``c``: ``rank(x, y)`` below the rank
-that consumes ``x`` inside ``a`` and at most the rank that consumes ``y`` inside ``c``
-(the cross pair is further left, so it wins a tie).
-
-:meth:`BPEPairs.invalid_after` evaluates that for one ``a`` against the whole
-vocabulary at once (an inverted index from spine symbols to tokens); scalar questions
-go to the tokenizer's own BPE model, which is the reference the tests hold this to.
+A token string is the BPE of its bytes exactly when every adjacent pair is (docs/bytes.md,
+*How the filter computes it*); scalar questions go to the tokenizer's own BPE model.
 """
 
 from __future__ import annotations
@@ -23,30 +12,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BPEPairs"]
+__all__ = ["BPEPairs", "merge_ranks"]
 
 _INF = 2**31  # above every merge rank; keys y * 2**32 + rank stay in int64
 
 
 class BPEPairs:
-    """The merges of a tokenizer, organised for pair tests.
-
-    Args:
-        spec: The tokenizer's :class:`~genlm_core.bytes.exact.canonical.spec.TokenizerSpec`.
-        byte_vocab: The model's tokens (``llm.byte_vocab``): bytes per token id.
-        cache_size: How many ``invalid_after`` vectors to keep.
-    """
+    """The merges of a tokenizer (a ``TokenizerSpec``) over ``byte_vocab``, for pair tests."""
 
     def __init__(self, spec: Any, byte_vocab: list[bytes], cache_size: int = 256) -> None:
         self.n = len(byte_vocab)
         self.ignore_merges = spec.ignore_merges
         self.strings = {i: s for s, i in spec.vocab.items()}
         ids = spec.vocab
-        self.ranks: dict[tuple[int, int], tuple[int, int]] = {}
-        for rank, (u, v) in enumerate(spec.merges):
-            key = (ids[u], ids[v])
-            if key not in self.ranks:
-                self.ranks[key] = (rank, ids[u + v])
+        self.ranks = merge_ranks(spec.merges, ids)
         # Merges-only BPE (no ignore_merges): what bigram validity is about. Without
         # ignore_merges that is the tokenizer's own model; with it, :func:`_bpe` on the
         # bytes (building a second Rust model would hold the GIL ~0.2 s for Llama-3,
@@ -57,7 +36,7 @@ class BPEPairs:
         self._byte_id: dict[int, int] = {}
         for s, i in ids.items():
             if len(s) == 1 and i < self.n and len(byte_vocab[i]) == 1:
-                self._byte_id[byte_vocab[i][0]] = i  # as _derive reads them
+                self._byte_id[byte_vocab[i][0]] = i
         self.left = np.full(self.n, -1, dtype=np.int64)
         self.right = np.full(self.n, -1, dtype=np.int64)
         self.rank = np.full(self.n, -1, dtype=np.int64)
@@ -74,19 +53,9 @@ class BPEPairs:
             if i < self.n and not self.derivable[i] and len(byte_vocab[i]) > 1
         }
 
-    # -- derivations ------------------------------------------------------------------
-
     def _derive(self, byte_vocab: list[bytes], ids: dict[str, int]) -> None:
-        """Which tokens merges rebuild from their bytes, and the last merge that does.
-
-        The tokenizer's BPE (merges only) says which; the last merge is the one merge
-        that makes the token when only one does (GPT-2-style merge lists), else it comes
-        from running BPE on the token's bytes (tiktoken-converted lists, e.g. Llama-3).
-        """
-        byte_id = {}
-        for s, i in ids.items():
-            if len(s) == 1 and i < self.n and len(byte_vocab[i]) == 1:
-                byte_id[byte_vocab[i][0]] = i
+        """Which tokens merges rebuild from their bytes, and the last merge that does."""
+        byte_id = self._byte_id
         makers: dict[int, list[tuple[int, int, int]]] = {}
         for (u, v), (rank, result) in self.ranks.items():
             makers.setdefault(result, []).append((u, v, rank))
@@ -144,13 +113,11 @@ class BPEPairs:
             x = int(self.right[x])
         return out
 
-    # -- pair tests ---------------------------------------------------------------------
-
     def invalid_after(self, a: int) -> np.ndarray:
         """Boolean vector over token ids: ``c`` cannot follow ``a`` inside one pre-token.
 
-        True where merges would join across the pair, and for tokens the merges never
-        produce. Cached per ``a``; treat the result as read-only.
+        True where merges would join across the pair, and for tokens merges never produce.
+        Cached per ``a``: read-only.
         """
         hit = self._cache.get(a)
         if hit is not None:
@@ -208,14 +175,22 @@ class BPEPairs:
         return {i: b[len(tail) :] for b, i in self.underivable_bytes.items() if b.startswith(tail)}
 
 
+def merge_ranks(
+    merges: list[tuple[str, str]], ids: dict[str, int]
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """``(left id, right id) -> (rank, merged id)``, the first merge of each pair."""
+    ranks: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, (u, v) in enumerate(merges):
+        key = (ids[u], ids[v])
+        if key not in ranks:
+            ranks[key] = (rank, ids[u + v])
+    return ranks
+
+
 def _bpe(
     symbols: list[int], ranks: dict[tuple[int, int], tuple[int, int]]
 ) -> tuple[list[int], tuple[int, int, int] | None]:
-    """The tokenizers library's BPE on one word: final symbols and its last merge.
-
-    Merges are applied lowest rank first, leftmost first on ties (a heap of
-    ``(rank, position)``), re-checking each popped entry against the current symbols.
-    """
+    """The tokenizers library's BPE on one word (lowest rank first, leftmost on ties)."""
     n = len(symbols)
     sym = list(symbols)
     prev = list(range(-1, n - 1))

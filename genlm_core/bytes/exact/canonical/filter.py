@@ -1,19 +1,8 @@
-"""``CanonicalFilter``: which tokens may come next in a canonical token string.
+"""``CanonicalFilter``: which tokens may come next in a canonical byte-level BPE token string.
 
-A token string ``t`` is *canonical* when some text continuation ``s`` makes ``t`` a prefix
-of the tokenizer's encoding of ``bytes(t) + s`` (special tokens never parsed from text).
-For a context (a canonical token string) and every token ``d``, the filter says whether
-``context + [d]`` is canonical:
-
-1. **Pre-token boundaries** (of ``pending + d + c0`` per next character class ``c0``:
-   :class:`~.tables.PendingTable`): ``d`` ends a pre-token with no boundary inside, and
-   every boundary inside the context's pending text falls between tokens.
-2. **BPE inside pre-tokens.** Closed ones are the BPE of their bytes; the open one is left
-   alone by the merges, pair by pair (:class:`~.bpe.BPEPairs`), or ``ignore_merges``.
-3. **Characters split between tokens** (:mod:`.tokens`): with their completions.
-4. **Behind an NFC normalizer** (Qwen2, Qwen3; :mod:`.nfc`): the text stays NFC, judged
-   from the context's last segment. Exact for the pre-tokenizers it accepts (checked
-   when built); tested against a brute-force oracle asking the tokenizer's encoder.
+It checks pre-token boundaries (:mod:`.tables`), BPE inside pre-tokens (:mod:`.bpe`),
+characters split between tokens (:mod:`.tokens`) and, behind an NFC normalizer,
+NFC-ness (:mod:`.nfc`); docs/bytes.md, *How the filter computes it*.
 """
 
 from __future__ import annotations
@@ -53,12 +42,7 @@ CACHE_ENTRIES = 200_000
 class CanonicalFilter:
     """Canonical next tokens of a byte-level BPE tokenizer (see module doc).
 
-    Build one per tokenizer (a few seconds: it runs BPE on every token) and share it;
-    :func:`canonical_filter` does.
-
-    Args:
-        tokenizer: The model's Hugging Face tokenizer.
-        byte_vocab: The model's tokens (``llm.byte_vocab``).
+    Build one per tokenizer (seconds: it runs BPE on every token) and share it.
 
     Raises:
         CanonicalityUnsupportedError: The tokenizer is not one this covers.
@@ -83,8 +67,6 @@ class CanonicalFilter:
         self._settled: dict[tuple[int, ...], int] = {}
         self._groups: dict[tuple[tuple[int, ...], Any], tuple[bool, tuple[int, ...]]] = {}
         self._next_cache: dict[tuple[tuple[int, ...], bytes, str], bool] = {}
-
-    # -- vocabulary ------------------------------------------------------------------
 
     def _analyse_tokens(self) -> None:
         n, classes, reach = self.n, self.classes, self.classes.reach
@@ -152,7 +134,6 @@ class CanonicalFilter:
                         entries.append((i, cs, comp, closed))
         self._entry_token = np.asarray([e[0] for e in entries], dtype=np.int64)
         self._entry_cs = np.asarray([e[1] for e in entries], dtype=np.int64)
-        self._entry_comp = [e[2] for e in entries]
         self._entry_closed = np.asarray([e[3] for e in entries], dtype=bool)
         self._entry_by_bytes: dict[bytes, list[int]] = {}
         for k, (i, _, comp, _) in enumerate(entries):
@@ -165,11 +146,6 @@ class CanonicalFilter:
                 [t[TEXT] if self.normal[i] else None for i, t in enumerate(self.texts)],
                 [self.texts[i][TEXT] + e.text for i, _, e, _ in entries],
             )
-        self._tokens_of_cs: dict[int, list[int]] = {}
-        for i in self.normal_ids.tolist():
-            self._tokens_of_cs.setdefault(int(self.cs[i]), []).append(i)
-
-    # -- contexts --------------------------------------------------------------------
 
     def extend(self, pending: Pending, token: int) -> Pending:
         """The pending part of ``context + [token]``, settled as far as it can be."""
@@ -195,17 +171,7 @@ class CanonicalFilter:
         return new
 
     def warm(self, length: int = 4) -> int:
-        """Build now the tables of every pending state short texts reach (a few seconds).
-
-        Otherwise each is built the first time a context needs it (0.1-0.3 s each).
-        Benchmarks call this before timing, as they build tries first.
-
-        Args:
-            length: Characters of class representatives explored from the empty text.
-
-        Returns:
-            The number of distinct tables.
-        """
+        """Build the tables short texts (``length`` characters) reach now; how many there are."""
         seen, frontier = {""}, [""]
         for _ in range(length):
             new = []
@@ -243,17 +209,9 @@ class CanonicalFilter:
             return hit
         n = len(pending.text)
         cuts, joined = tuple(n + c for c in structure[0]), structure[1]
-        ends = [e for e in pending.ends if e is not None]
         out: tuple[bool, tuple[int, ...]] = (False, ())
-        if set(cuts) <= set(ends):
-            stops = [*cuts, len(pending.text)] if joined else list(cuts)
-            groups, current = [], []
-            for t, end in zip(pending.ids, pending.ends, strict=True):
-                current.append(t)
-                if end is not None and end in stops:
-                    groups.append(current)
-                    current = []
-            closed_ok = all(self.pairs.closed_group(g) for g in groups)
+        if set(cuts) <= {e for e in pending.ends if e is not None}:
+            closed_ok, current = self._close_groups(pending, (*cuts, n) if joined else cuts)
             if joined:
                 out = (closed_ok and not current, ())
             else:
@@ -266,14 +224,8 @@ class CanonicalFilter:
         self._groups[key] = out
         return out
 
-    # -- queries ---------------------------------------------------------------------
-
     def mask(self, pending: Pending) -> np.ndarray:
-        """Boolean vector over token ids: ``context + [d]`` is canonical.
-
-        Args:
-            pending: The context's pending part (:meth:`extend` from :data:`EMPTY`).
-        """
+        """Boolean vector over token ids: ``context + [d]`` is canonical."""
         return self._mask(pending, 0)
 
     def _mask(self, pending: Pending, depth: int) -> np.ndarray:
@@ -349,12 +301,7 @@ class CanonicalFilter:
         return False
 
     def _has_next(self, pending: Pending, depth: int) -> bool:
-        """Whether some token can follow (the context is a canonical prefix).
-
-        Tokens that end their pre-token are tried first, at once; only a *forced*
-        context (none does) searches one token deeper, so the depth counts forced
-        contexts in a row, which :mod:`.limits` bounds: the answer does not depend on it.
-        """
+        """Whether some token can follow; only a *forced* context searches deeper (see .limits)."""
         key = (pending.ids, pending.data, pending.segment)
         hit = self._next_cache.get(key)
         if hit is None:
@@ -468,16 +415,15 @@ class CanonicalFilter:
                     continue
                 cuts = tuple(len(base.text) + c for c in cuts)
                 stops = (*cuts, len(base.text)) if joined and base.text else cuts
-                ok, tail = self._open_tail(pending, stops)
+                if not set(stops) <= {e for e in pending.ends if e is not None}:
+                    continue
+                ok, tail = self._close_groups(pending, stops)
                 if ok and tail and self.pairs.closed_group([*tail, token, *comp_tokens]):
                     return True
         return False
 
-    def _open_tail(self, pending: Pending, stops: tuple[int, ...]) -> tuple[bool, list[int]]:
-        """Check the closed groups up to the last stop; the tokens after it."""
-        ends = {e for e in pending.ends if e is not None}
-        if not set(stops) <= ends:
-            return False, []
+    def _close_groups(self, pending: Pending, stops: tuple[int, ...]) -> tuple[bool, list[int]]:
+        """Whether the tokens grouped by ``stops`` are each their text's BPE; the tokens after."""
         group: list[int] = []
         groups = []
         for t, end in zip(pending.ids, pending.ends, strict=True):

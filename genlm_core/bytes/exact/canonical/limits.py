@@ -1,24 +1,8 @@
 """How far ahead the canonical filter must look, bounded from the tokenizer's pieces.
 
-A token whose pre-token cannot end right after it is canonical only if some next
-tokens continue that pre-token and end it (:meth:`CanonicalFilter._straddles`). The
-search for those tokens goes one token deeper only from a *forced* context: one that
-no next token can close. A chain of forced contexts is bounded by the tokenizer:
-
-* **Vocabulary** (``ignore_merges`` only): a pre-token spelled by several tokens
-  cannot end where its text is a vocabulary entry the merges never build (the
-  tokenizer would write that entry). A context is forced that way only while every
-  token that would end its open pre-token makes such an entry, so while the open
-  pre-token's bytes are a proper prefix of one; each token adds a byte, so at most
-  ``longest such entry`` contexts in a row.
-* **Pre-tokenizer**: a boundary is decided within the regexes' lookahead (characters
-  past a match: quantifier bounds, literal sequences such as ``'ll``), the same
-  assumption the pre-token tables rest on; each token adds a character.
-
-The search is exact within that bound, which is computed when the filter is built;
-a bound too large for the recursion raises
-:class:`~genlm_core.bytes.errors.CanonicalityUnsupportedError` then, never during
-generation.
+The straddle search goes one token deeper only from a context no next token closes; the
+pre-tokenizer's lookahead and (with ``ignore_merges``) the longest vocabulary entry the
+merges never build bound such runs (docs/bytes.md, *Exactness, tested*).
 """
 
 from __future__ import annotations
@@ -34,17 +18,7 @@ MAX_STRADDLE_DEPTH = 128
 
 
 def straddle_depth(spec: Any, pairs: Any, pretok: Any, texts: list[Any]) -> int:
-    """Tokens the straddle search may follow beyond a token (see module doc).
-
-    Args:
-        spec: The :class:`~genlm_core.bytes.exact.canonical.spec.TokenizerSpec`.
-        pairs: Its :class:`~genlm_core.bytes.exact.canonical.bpe.BPEPairs`.
-        pretok: Its :class:`~genlm_core.bytes.exact.canonical.pretok.Pretokenizer`.
-        texts: The filter's per-token texts (None for tokens never in a text).
-
-    Raises:
-        CanonicalityUnsupportedError: The bound exceeds :data:`MAX_STRADDLE_DEPTH`.
-    """
+    """Tokens the straddle search may follow beyond a token; over the limit raises (see module)."""
     vocabulary = 0
     if spec.ignore_merges:
         vocabulary = max(

@@ -1,26 +1,8 @@
 """Canonicality behind an NFC normalizer (Qwen2, Qwen3): which next tokens keep text NFC.
 
-A tokenizer with an NFC normalizer encodes ``x`` as ``enc0(NFC(x))``, ``enc0`` the same
-tokenizer without it. NFC is idempotent, so its encodings are ``enc0(y)`` for NFC texts
-``y``, and a token string ``t`` is canonical iff it is a prefix of ``enc0(y)`` for some
-NFC ``y``. Being NFC is closed under prefixes, so on top of the byte-level BPE rule the
-text ``t`` spells must be NFC, and the continuation the BPE rule relies on must exist
-among texts that keep it NFC.
-
-Both are decided with *inert* characters: a character ``X`` with canonical combining
-class 0 that is its own NFC, that no composition takes as its second element (so it
-never composes with what precedes it) and whose decomposition starts likewise. Nothing
-before an inert character interacts with it or with what follows it under NFC, so
-
-* ``is_nfc(A + X + B) == is_nfc(A) and is_nfc(X + B)`` for ``X`` inert; a context only
-  needs its last *segment* (from its last inert character on, :func:`last_segment`)
-  to judge what may follow it;
-* appending inert characters to an NFC text keeps it NFC: the futures the pre-token
-  tables try (class representatives) are made inert (:func:`inert_representatives`),
-  so every future they rely on is realisable by an NFC text.
-
-Python's ``unicodedata`` decides; :func:`check_agreement` holds it to the tokenizer's
-own normalizer on every character and every composition when a filter is built.
+Decided with *inert* characters, after which nothing composes or reorders
+(docs/bytes.md, *Qwen2 and Qwen3*); :class:`NFC` keeps only the inert characters on
+which ``unicodedata`` and the tokenizer's own normalizer agree.
 """
 
 from __future__ import annotations
@@ -43,19 +25,7 @@ _CODE_POINTS = [
 
 
 class NFC:
-    """NFC as the tokenizer computes it, with the inert characters it agrees on.
-
-    ``is_nfc`` asks the tokenizer's own normalizer (the reference). ``inert`` is read
-    from Python's ``unicodedata`` and kept only for characters where the two agree:
-    each character's NFC and NFD, every composition, and a combining class of 0 (two
-    probes that a mark of another class would be reordered against). The characters of
-    any disagreement (Python 3.11's Unicode 14 composes U+11935 U+11930 into U+11938,
-    the tokenizers library does not) are treated as not inert: texts with them are
-    checked whole by the normalizer, never reasoned about.
-
-    Args:
-        normalizer: The tokenizer's normalizer (``tokenizers.normalizers.NFC``).
-    """
+    """NFC as the tokenizer computes it, with the inert characters it agrees on (see module)."""
 
     def __init__(self, normalizer: Any) -> None:
         self._normalize = normalizer.normalize_str
@@ -81,11 +51,7 @@ class NFC:
         return text
 
     def completion_key(self, text: str) -> str | None:
-        """Completions of a split character that keep any NFC text NFC alike share None.
-
-        Whether one with a non-inert character keeps text NFC depends on that
-        character, so those are told apart by their text (each its own witness group).
-        """
+        """None for completions that keep any NFC text NFC, else their text (a group of its own)."""
         return None if all(self.inert(ch) for ch in text) else text
 
 
@@ -115,12 +81,9 @@ def _inert(ch: str) -> bool:
 
 
 def _disagreements(normalizer: Any) -> frozenset[str]:
-    """Characters on which ``unicodedata`` and the tokenizer's NFC disagree (see NFC).
+    """Characters on which ``unicodedata`` and the tokenizer's NFC disagree.
 
-    Compared, one call each way: every character's NFC and NFD, every composition
-    (the NFD of each decomposable character, composed), and ``"." + U+0345 + c`` and
-    ``"." + c + U+0334`` (a character of a nonzero class in either would be reordered
-    against U+0345, class 240, or U+0334, class 1).
+    Compared: NFC and NFD of every character, every composition, two reorder probes each.
     """
     from tokenizers.normalizers import NFD
 
@@ -149,12 +112,7 @@ def _disagreements(normalizer: Any) -> frozenset[str]:
 
 
 def inert_representatives(nfc: NFC, classes: Any) -> None:
-    """Make every class's representative inert, so the futures tried keep text NFC.
-
-    Raises:
-        CanonicalityUnsupportedError: A class has no inert member among planes 0-2: a
-            future of that class may break NFC, which the tables cannot see.
-    """
+    """Make every class's representative inert; a class with no inert member raises."""
     missing = [k for k, rep in enumerate(classes.reps) if not nfc.inert(rep)]
     for c in _CODE_POINTS if missing else ():
         ch = chr(c)
@@ -175,13 +133,7 @@ def inert_representatives(nfc: NFC, classes: Any) -> None:
 
 
 class NFCRule:
-    """Which tokens keep a context's text NFC, vectorised over the vocabulary.
-
-    Args:
-        nfc: The tokenizer's :class:`NFC`.
-        texts: Per token id, its text (whole characters) or None (never canonical).
-        extra: Per completion entry, its token's text plus the completed characters.
-    """
+    """Which tokens (``texts``) and completion entries (``extra``) keep a context's text NFC."""
 
     def __init__(self, nfc: NFC, texts: list[str | None], extra: list[str]) -> None:
         self._tokens = _Table(nfc, texts)
@@ -197,11 +149,7 @@ class NFCRule:
 
 
 class _Table:
-    """``is_nfc(segment + text)`` for a list of texts, per segment, cached.
-
-    A text that starts with an inert character (most) does not depend on the segment;
-    the others (a combining mark first, a Hangul vowel...) are checked per segment.
-    """
+    """``is_nfc(segment + text)`` per text, per segment, cached (inert-first texts once)."""
 
     #: Segments kept before the cache is emptied.
     CACHE = 4096

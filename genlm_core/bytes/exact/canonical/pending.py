@@ -1,9 +1,7 @@
 """``Pending``: the unsettled end of a context, what canonicality of what follows needs.
 
-A context's text before its last *settled* pre-token boundary (one no future text can
-move) is canonical whatever comes next and never looked at again; the tokens after it,
-their bytes and where each ends in characters are kept. A context ending inside a UTF-8
-character keeps that character's bytes apart (``partial``).
+The text before a context's last *settled* pre-token boundary is canonical whatever
+follows; the tokens after it are kept, with where each ends in characters.
 """
 
 from __future__ import annotations
@@ -12,15 +10,7 @@ __all__ = ["EMPTY", "Pending", "missing_bytes"]
 
 
 class Pending:
-    """The unsettled end of a context: tokens after its last settled pre-token boundary.
-
-    Args:
-        ids: Token ids after the boundary.
-        data: Their bytes.
-        segment: Behind an NFC normalizer, the context's text (whole characters) from
-            its last inert character on (:mod:`.nfc`), which may start before the
-            boundary; ``""`` otherwise.
-    """
+    """The unsettled end of a context (``segment``: its last NFC segment, see :mod:`.nfc`)."""
 
     __slots__ = ("data", "ends", "ids", "partial", "segment", "text")
 

@@ -1,23 +1,8 @@
 r"""The tokenizer's pre-tokenizer, emulated, and the character classes it can tell apart.
 
-Byte-level BPE first splits text into pre-tokens with regexes (GPT-2: ``" world"``,
-``"'s"``, ``"\n\n"``...); a token never crosses a pre-token boundary. Where the
-boundaries fall is what canonicality needs, for every possible next token: too many
-regex runs to make one per token. But a regex sees a character only through the
-character sets and literals of its pattern, so characters with the same membership in
-all of them (a *class*) are interchangeable: replacing each character of a text by its
-class's representative gives the same boundaries. Vocabulary tokens have a few hundred
-distinct class strings (tens of thousands of tokens), so the boundaries of any context
-followed by any token are a few hundred regex runs, cached.
-
-One refinement keeps that number small: GPT-2-style contraction literals (``'s``,
-``'ll``...) make ``s``, ``l``... their own classes, but only just after the apostrophe
-can the regex tell them from other letters; elsewhere they are collapsed into the
-letter class.
-
-The emulation (Python's ``regex`` on the same patterns) is checked against the
-tokenizer's own ``pre_tokenize_str`` on every vocabulary character in several contexts
-when a filter is built; a mismatch is an error, not a silent difference.
+Characters the regexes cannot tell apart share a class, so boundaries are computed per
+class string, a few hundred regex runs (docs/bytes.md, *How the filter computes it*).
+The emulation is checked against the tokenizer's ``pre_tokenize_str`` when built.
 """
 
 from __future__ import annotations
@@ -46,13 +31,7 @@ class _Pattern:
 
 
 def parse_pattern(pattern: str) -> _Pattern:
-    r"""The character tests and literal sequences of a pre-tokenizer regex.
-
-    Supported: literals, escapes (``\p{..}``, ``\s``, ``\r``...), bracket sets, groups
-    (``(?:``, ``(?i:``, look-aheads), alternation and quantifiers. Anchors and
-    look-behinds would make a match depend on text before a pre-token boundary, which
-    the cached analysis assumes never happens: they raise.
-    """
+    r"""The character tests and literal sequences of a regex; anchors and look-behinds raise."""
     out = _Pattern()
     run: list[str] = []
     flags: list[bool] = [False]  # case-insensitive, per open group
@@ -149,12 +128,7 @@ def parse_pattern(pattern: str) -> _Pattern:
 
 
 class CharClasses:
-    r"""Characters grouped by what the pre-tokenizer regexes can tell apart.
-
-    Args:
-        patterns: The parsed regexes.
-        digits: Whether a ``Digits`` step splits numeric characters (adds ``\p{N}``).
-    """
+    r"""Characters grouped by what the pre-tokenizer regexes (and a ``Digits`` step) tell apart."""
 
     def __init__(self, patterns: Sequence[_Pattern], digits: bool) -> None:
         sources = list(dict.fromkeys(a for p in patterns for a in p.atoms))
@@ -175,14 +149,7 @@ class CharClasses:
         self.reps: list[str] = []
 
     def enumerate_all(self) -> None:
-        """Find every class now, from every character that can have a distinct one.
-
-        The analyses cached per class string assume the set of classes is complete
-        (the futures they try are one character of each class): every character of
-        planes 0-2 is classified (one regex pass over them per character test), plus
-        samples of the others, whose characters the patterns in use cannot tell apart
-        from those. A character of a new class met later raises.
-        """
+        """Find every class now (planes 0-2, samples beyond); a new class met later raises."""
         chars = [chr(c) for c in range(0x30000) if not 0xD800 <= c < 0xE000]
         chars += [chr(c) for c in (*range(0xE0000, 0xE0080), 0xF0000, 0x10FFFD)]
         text = "".join(chars)
@@ -239,9 +206,8 @@ class CharClasses:
     def string(self, text: str, head: int = 0) -> tuple[int, ...]:
         """Class ids of ``text``'s characters.
 
-        A contraction letter keeps its own class only within ``reach`` characters after
-        a context character (the apostrophe), or within the first ``head`` characters
-        (a token's start may follow an apostrophe in the text before it).
+        A contraction letter keeps its class only within ``reach`` characters after the
+        apostrophe, or within the first ``head`` characters.
         """
         if not self._collapsible:
             return tuple(self.of(ch) for ch in text)
@@ -258,20 +224,11 @@ class CharClasses:
         """A text with these character classes (each class's representative)."""
         return "".join(self.reps[k] for k in classes)
 
-    def all_classes(self) -> list[int]:
-        """Every class seen so far (vocabulary characters and probes)."""
-        return list(range(len(self.reps)))
-
 
 def _collapsible(
     patterns: Sequence[_Pattern], sources: list[str], literal_ids: set[int]
 ) -> tuple[set[int], set[str], int]:
-    """Literal atoms only seen right after one context literal: ``(atom ids, context, reach)``.
-
-    A literal that appears in the patterns only at position >= 1 of literal sequences
-    that all start with the same literal (the apostrophe of ``'ll``) can only be told
-    apart from its letter class within ``reach`` characters after that literal.
-    """
+    """Literal atoms only seen right after one context literal: ``(atom ids, context, reach)``."""
     seen: dict[str, set[tuple[str, int]]] = {}
     for p in patterns:
         for seq in p.sequences:
@@ -300,11 +257,7 @@ def _collapsible(
 
 
 class Pretokenizer:
-    """The tokenizer's pre-tokenization of a text, as the boundaries between pre-tokens.
-
-    Args:
-        splits: The steps of :attr:`TokenizerSpec.splits`.
-    """
+    """The tokenizer's pre-tokenization of a text, as the boundaries between pre-tokens."""
 
     def __init__(self, splits: Sequence[tuple[str, Any]]) -> None:
         self.steps: list[tuple[str, Any]] = []
@@ -347,11 +300,7 @@ class Pretokenizer:
         return [start for start, _ in pieces[1:]] + [len(text)]
 
     def verify(self, backend: Any, texts: Iterable[str]) -> None:
-        """Check the emulation against the tokenizer's ``pre_tokenize_str`` on ``texts``.
-
-        Raises:
-            CanonicalityUnsupportedError: They disagree on some text (named).
-        """
+        """Check the emulation against ``pre_tokenize_str`` on ``texts``; a disagreement raises."""
         pre = backend.pre_tokenizer
         for text in texts:
             theirs = [end for _, (_, end) in pre.pre_tokenize_str(text)]
@@ -396,12 +345,9 @@ def _split(kind: str, arg: Any, text: str, start: int, end: int) -> list[tuple[i
 
 
 def _first_of_each_row(rows: np.ndarray) -> np.ndarray:
-    """Index of the first occurrence of each distinct row of a boolean matrix.
+    """Index of the first of each distinct row of a boolean matrix.
 
-    ``np.unique(rows, axis=0)`` sorts rows as opaque records in one call that holds
-    the GIL (~0.2 s for the 196k characters of planes 0-2), freezing the event loop
-    while a filter is built in a worker thread; packed into integers the rows sort as
-    one key each, in milliseconds.
+    Rows are packed into integers: ``np.unique(axis=0)`` holds the GIL ~0.2 s for planes 0-2.
     """
     packed = np.packbits(rows, axis=1)
     if packed.shape[1] <= 8:
@@ -414,12 +360,7 @@ def _first_of_each_row(rows: np.ndarray) -> np.ndarray:
 
 
 def verification_texts(token_texts: list[Any], reps: list[str]) -> list[str]:
-    """Texts on which the pre-tokenizer emulation must agree with the tokenizer.
-
-    Args:
-        token_texts: The filter's per-token texts (None for tokens never in a text).
-        reps: The character classes' representatives.
-    """
+    """Texts on which the pre-tokenizer emulation must agree with the tokenizer."""
     chars = sorted({ch for t in token_texts if t is not None for ch in t[1]} | set(PROBE_CHARS))
     contexts = [
         "{}",
@@ -444,16 +385,4 @@ def verification_texts(token_texts: list[Any], reps: list[str]) -> list[str]:
 
 #: One character per Unicode category the regexes commonly test, so every class exists.
 PROBE_CHARS = list("aAzZsStTrReEvVmMlLdD09 \t\n\r\x0b\x0c'\".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`")
-PROBE_CHARS += [
-    "\u00a0",
-    "\u2003",
-    "\u3000",
-    "\u0301",
-    "é",
-    "中",
-    "😀",
-    "٣",
-    "Ⅳ",
-    "\u200b",
-    "\x85",
-]
+PROBE_CHARS += ["\u00a0", "\u2003", "\u3000", "\u0301", "é", "中", "😀", "٣", "Ⅳ", "\u200b", "\x85"]

@@ -1,10 +1,4 @@
-"""``canonical_filter``: the canonical filter that covers a tokenizer's family.
-
-BPE with byte fallback (SentencePiece-style: Llama-2, Mistral v0.1, Gemma 3) goes to
-:class:`~.sentencepiece.SentencePieceFilter`; everything else to
-:class:`~.filter.CanonicalFilter` (byte-level BPE), which raises
-``CanonicalityUnsupportedError`` for what it does not cover.
-"""
+"""``canonical_filter``: the filter of a tokenizer's family (SentencePiece BPE or byte-level)."""
 
 from __future__ import annotations
 

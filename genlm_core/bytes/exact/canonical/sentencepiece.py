@@ -1,30 +1,8 @@
 """Canonical next tokens of SentencePiece-style BPE (Llama-2, Mistral v0.1, Gemma 3).
 
-What canonical means here (read from the tokenizer by :mod:`.sentencepiece_spec`):
-the tokenizer makes of a text one BPE word ``N`` (spaces become ``▁``; Llama-2 and
-Mistral put a ``▁`` first), whose first symbols are its characters, a character that
-is no piece of the vocabulary being its UTF-8 bytes as byte tokens ``<0xXX>``
-(byte fallback). A token string is a prefix of the encoding of some text exactly when
-
-1. every token is a piece the merges rebuild from its own characters (:class:`CharPairs`
-   checks each against the tokenizer's BPE), or a byte token;
-2. every adjacent pair of pieces is left alone by the merges (bigram canonicality,
-   Vieira et al. 2025; ``BPEPairs.invalid_after`` over characters): BPE then gives
-   the string back, so it is the encoding of its own text;
-3. every run of byte tokens spells whole characters that are no single-character piece
-   (and not a space, which ``N`` never holds); the string may end inside the run's last
-   character when some such character completes it;
-4. no piece holds a space (U+0020); with a dummy prefix the first token starts with
-   ``▁`` (every non-empty ``N`` does).
-
-The byte-level LM reads the bytes the tokens spell (``llm.byte_vocab``: ``▁`` is a
-space, ``<0xE2>`` the byte 0xE2). For Llama-2 and Mistral the text ``"Hi"`` is read as
-``b" Hi"``: every non-empty byte string with any probability starts with a space
-(the dummy prefix), a literal ``▁`` in the bytes has none (the normalizer makes every
-``▁`` a space), and the text after an ``initial_context`` is a text of its own (its
-first byte a space too). Added tokens (``<s>``, ``</s>``, Gemma's control pieces) are
-never part of a text. The tests hold this to ``backend.model.tokenize`` on thousands of
-random texts and to a brute-force oracle.
+A token string is canonical when its pieces are derivable and pairwise left alone by the
+merges, byte-token runs spell whole characters that are no piece, and (with a dummy
+prefix) the first piece starts with ``▁`` (docs/bytes.md, *SentencePiece families*).
 """
 
 from __future__ import annotations
@@ -48,12 +26,7 @@ __all__ = ["SentencePieceFilter", "SPPending"]
 
 
 class SPPending(NamedTuple):
-    """What canonicality of the next token needs of a context.
-
-    Args:
-        last: The last token id (-1: none yet).
-        run: Bytes of the character a byte-token run has started and not finished.
-    """
+    """A context's last token (-1: none) and the bytes of a byte-token run's open character."""
 
     last: int
     run: bytes
@@ -68,12 +41,7 @@ MASKS_KEPT = 256
 class SentencePieceFilter:
     """Canonical next tokens of a SentencePiece-style BPE (see module doc).
 
-    The interface ``ExactByteState`` uses of :class:`~.filter.CanonicalFilter`:
-    ``extend``, ``mask``, ``valid_next``, ``complete``, ``byte_vocab``, ``texts``.
-
-    Args:
-        tokenizer: The model's Hugging Face tokenizer.
-        byte_vocab: The model's tokens (``llm.byte_vocab``).
+    The interface of :class:`~.filter.CanonicalFilter` that ``ExactByteState`` uses.
 
     Raises:
         CanonicalityUnsupportedError: Not a recognised family, or the vocabulary's bytes
@@ -138,8 +106,6 @@ class SentencePieceFilter:
                     f"model's byte vocabulary, not {want!r}"
                 )
 
-    # -- byte-fallback runs -------------------------------------------------------------
-
     def _run_bytes(self, run: bytes) -> np.ndarray:
         """Over the 256 bytes: which may follow ``run`` inside a byte-fallback run."""
         hit = self._runs.get(run)
@@ -161,12 +127,6 @@ class SentencePieceFilter:
             self._runs[run] = hit
         return hit
 
-    def _after_byte(self, run: bytes, byte: int) -> bytes:
-        q = run + bytes([byte])
-        return b"" if len(q) == utf8_length(q[0]) else q
-
-    # -- the filter's interface ---------------------------------------------------------
-
     @staticmethod
     def _state(pending: Any) -> SPPending:
         if isinstance(pending, SPPending):
@@ -180,7 +140,8 @@ class SentencePieceFilter:
         state = self._state(pending)
         byte = int(self.byte_of[token])
         if byte >= 0:
-            return SPPending(int(token), self._after_byte(state.run, byte))
+            run = state.run + bytes([byte])  # a character completed closes the run
+            return SPPending(int(token), b"" if len(run) == utf8_length(run[0]) else run)
         return SPPending(int(token), b"")
 
     def mask(self, pending: Any) -> np.ndarray:

@@ -1,14 +1,8 @@
 """BPE pair tests over characters, for SentencePiece-style BPE with byte fallback.
 
-The tokenizers library starts a word from its characters: a character that is a piece
-of the vocabulary is that piece, any other is its UTF-8 bytes as byte tokens
-``<0xXX>``, which no merge touches. Merges then apply lowest rank first, leftmost on
-ties, as in byte-level BPE: the pair rule of :class:`~.bpe.BPEPairs` (a token string is
-the BPE of its text exactly when every adjacent pair is) holds with characters as the
-base symbols. :class:`CharPairs` derives each piece from its characters (the last
-merge that makes it, on its own text) and reuses ``BPEPairs``' spine index and
-``invalid_after``. The tokenizer's own ``model.tokenize`` decides which pieces merges
-rebuild; the derivation here must agree, or the build fails.
+The pair rule of :class:`~.bpe.BPEPairs` holds with characters as the base symbols (a
+character that is no piece is byte tokens, which no merge touches); :class:`CharPairs`
+derives each piece from its characters, checked against the tokenizer's ``model.tokenize``.
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from genlm_core.bytes.exact.canonical.bpe import BPEPairs, _bpe
+from genlm_core.bytes.exact.canonical.bpe import BPEPairs, _bpe, merge_ranks
 
 __all__ = ["BYTE_PIECE", "CharPairs"]
 
@@ -28,25 +22,14 @@ BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 class CharPairs(BPEPairs):
-    """Merges of a SentencePiece-style BPE, derived over characters (see module doc).
-
-    Args:
-        spec: The :class:`~.sentencepiece_spec.SentencePieceSpec`.
-        n: Number of token ids (``len(llm.byte_vocab)``).
-        excluded: Ids never canonical (added tokens); they stay underivable.
-        cache_size: How many ``invalid_after`` vectors to keep.
-    """
+    """Merges of a SentencePiece-style BPE over characters (``excluded`` ids stay underivable)."""
 
     def __init__(self, spec: Any, n: int, excluded: frozenset[int], cache_size: int = 256) -> None:
         self.n = n
         self.ignore_merges = False
         ids = spec.vocab
         self.strings = {i: s for s, i in ids.items() if i < n}
-        self.ranks: dict[tuple[int, int], tuple[int, int]] = {}
-        for rank, (u, v) in enumerate(spec.merges):
-            key = (ids[u], ids[v])
-            if key not in self.ranks:
-                self.ranks[key] = (rank, ids[u + v])
+        self.ranks = merge_ranks(spec.merges, ids)
         self.byte_of = np.full(n, -1, dtype=np.int64)  # byte-fallback pieces: their byte
         for s, i in ids.items():
             m = BYTE_PIECE.fullmatch(s)
@@ -68,12 +51,7 @@ class CharPairs(BPEPairs):
         self._full = self._merges_only = spec.backend.model
 
     def _derive_chars(self, spec: Any, excluded: frozenset[int]) -> None:
-        """Which pieces merges rebuild from their characters, and the last merge that does.
-
-        The tokenizer's BPE says which (the reference); the last merge is the one merge
-        that makes the piece when only one does, else it comes from running BPE on the
-        piece's characters, which must then agree with the tokenizer.
-        """
+        """Which pieces merges rebuild from their characters, and the last merge that does."""
         model = spec.backend.model
         makers: dict[int, list[tuple[int, int, int]]] = {}
         for (u, v), (rank, result) in self.ranks.items():
@@ -104,10 +82,6 @@ class CharPairs(BPEPairs):
                     f"derivation gives {final}"
                 )
             self.left[tid], self.right[tid], self.rank[tid] = last
-
-    def merges_only(self, ids: list[int]) -> bool:
-        """Whether the tokenizer's BPE of these tokens' text gives them back."""
-        return self.closed_group(ids)
 
     def closed_group(self, ids: list[int]) -> bool:
         """Whether the tokenizer's BPE of the text of ``ids`` (one word) is ``ids``."""

@@ -1,21 +1,8 @@
 """SentencePiece-style BPE tokenizers (byte fallback, spaces as ``▁``), read for canonicality.
 
-Three families are recognised from ``tokenizer.json`` and checked against the
-tokenizer's own normalizer and pre-tokenizer on probe texts when read:
-
-* **dummy prefix, normalizer** (Llama-2): ``Sequence[Prepend("▁"), Replace(" ", "▁")]``,
-  no pre-tokenizer. A non-empty text ``s`` becomes ``"▁" + s.replace(" ", "▁")``.
-* **dummy prefix, Metaspace** (Mistral v0.1, the tiny SentencePiece Llama): no
-  normalizer, ``Metaspace(▁, prepend_scheme first/always, split=False)``: spaces become
-  ``▁`` and a ``▁`` is put first unless the text then starts with one.
-* **no prefix** (Gemma 3): ``Replace(" ", "▁")``, then nothing or a ``Split(" ")``
-  (a no-op: no space is left).
-
-In each the whole normalized text ``N`` is one BPE word. The texts ``N`` that occur are,
-for the dummy-prefix families, the empty one and every string that starts with ``▁``;
-for Gemma 3 every string; never one containing a space (U+0020). Added tokens are
-never parsed from text (``docs/bytes.md``, *Definitions*): the tokenizer's BPE model
-(``backend.model.tokenize(N)``) is the reference encoder.
+Three families (Llama-2, Mistral v0.1, Gemma 3: docs/bytes.md, *SentencePiece families*)
+are recognised from ``tokenizer.json`` and checked on probe texts; each makes of a text
+one BPE word, and the tokenizer's BPE model is the reference encoder.
 """
 
 from __future__ import annotations
@@ -38,15 +25,7 @@ _PROBES = ["", "a", " a", "a b", "  a  ", SPACE, SPACE + "x", " " + SPACE, "\n x
 class SentencePieceSpec:
     """A SentencePiece-style BPE tokenizer, as far as canonicality depends on it.
 
-    Args:
-        name: The tokenizer's name (for messages).
-        vocab: Piece -> id.
-        merges: Merge rules in priority order, as pairs of pieces.
-        added_ids: Ids of added tokens (see :func:`excluded_added`).
-        added: Added token contents by id.
-        dummy_prefix: Every non-empty normalized text starts with ``▁``.
-        family: ``"prepend"`` (Llama-2), ``"metaspace"`` (Mistral) or ``"replace"`` (Gemma 3).
-        backend: The ``tokenizers.Tokenizer`` (its BPE model is the reference).
+    ``family``: ``"prepend"`` (Llama-2), ``"metaspace"`` (Mistral) or ``"replace"`` (Gemma 3).
     """
 
     name: str
@@ -81,8 +60,7 @@ def read_sentencepiece_spec(tokenizer: Any) -> SentencePieceSpec:
     """Read and check a SentencePiece-style BPE tokenizer.
 
     Raises:
-        CanonicalityUnsupportedError: Not one of the recognised families; the message
-            names the tokenizer and the part that is not covered.
+        CanonicalityUnsupportedError: Not one of the recognised families (the part named).
     """
     name = tokenizer_name(tokenizer)
     backend = backend_tokenizer(tokenizer)
@@ -128,15 +106,8 @@ def _words(backend: Any, text: str) -> list[str]:
 def excluded_added(spec: SentencePieceSpec) -> frozenset[int]:
     r"""The added tokens never part of a canonical text; checks the others.
 
-    Added tokens are not parsed from text (``docs/bytes.md``, *Definitions*), so those
-    the merges never make (``<s>``, ``</s>``, Gemma's ``<unused0>``, ``<table>``, ...) are
-    never canonical. Gemma 3 also adds runs of ``\n``, ``\t`` and ``▁`` (up to 31) that
-    its merges make as well: those are ordinary pieces here. The tokenizers library
-    splits them out of the raw text before BPE (leftmost longest); that gives BPE's own
-    tokens exactly when no piece mixes the run's character with another and BPE cuts a
-    run as the longest match does, both checked here (an error otherwise). ``▁`` runs
-    are matched only as literal U+2581 in the raw text, which the byte-level LM cannot
-    write (it reads ``▁`` as a space): texts holding them are outside what it models.
+    Gemma 3's added ``\n``/``\t`` runs are pieces, checked to be cut as BPE cuts them; its
+    ``▁`` runs match only a literal U+2581, which the byte-level LM cannot write.
     """
     model = spec.backend.model
     out, runs = set(), {}

@@ -1,14 +1,7 @@
-"""What the exact byte-level LM must know of a tokenizer, read from its ``tokenizer.json``.
+"""What the exact byte-level LM must know of a byte-level BPE tokenizer, from ``tokenizer.json``.
 
-Canonicality is decided from the tokenizer's own pieces, never guessed: the BPE merges
-(with ``ignore_merges``), the pre-tokenizer's regexes, and the added tokens. Covered:
-byte-level BPE without a normalizer (GPT-2, Llama-3, SmolLM2, ...), where every text
-has one tokenization and every byte string is spelled by tokens, and byte-level BPE
-behind an NFC normalizer (Qwen2, Qwen3: :mod:`.nfc`); a normalizer that does nothing
-(DeepSeek-V4's empty ``Sequence``) counts as none. Anything else (SentencePiece /
-Metaspace, Unigram, WordPiece, byte fallback, another normalizer) raises
-:class:`~genlm_core.bytes.errors.CanonicalityUnsupportedError` naming the tokenizer
-and the part that is not covered.
+Read from the tokenizer's own pieces, never guessed; what is not covered raises
+:class:`~genlm_core.bytes.errors.CanonicalityUnsupportedError` naming the part.
 """
 
 from __future__ import annotations
@@ -29,16 +22,8 @@ GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 class TokenizerSpec:
     """A byte-level BPE tokenizer, as far as canonicality depends on it.
 
-    Args:
-        name: The tokenizer's name (for messages).
-        vocab: Model vocabulary: byte-level string -> id.
-        merges: Merge rules in priority order, as pairs of vocabulary strings.
-        ignore_merges: A pre-token that is itself a vocabulary entry is one token.
-        splits: Pre-tokenization steps in order: ``("regex", pattern)`` (isolated
-            matches) or ``("digits", individual_digits)``.
-        added_ids: Ids of added (special) tokens: never part of a canonical text.
-        normalizer: ``"NFC"`` when the tokenizer normalizes text to NFC first, else None.
-        backend: The ``tokenizers.Tokenizer`` (its encoder is the reference).
+    ``splits``: ``("regex", pattern)`` or ``("digits", individual_digits)`` steps;
+    ``backend``: the ``tokenizers.Tokenizer``, the reference encoder.
     """
 
     name: str
@@ -72,8 +57,7 @@ def read_spec(tokenizer: Any) -> TokenizerSpec:
     """Read and check what canonicality needs from ``tokenizer``.
 
     Raises:
-        CanonicalityUnsupportedError: Not a byte-level BPE tokenizer this module covers;
-            the message names the tokenizer and the unsupported part.
+        CanonicalityUnsupportedError: Not a byte-level BPE tokenizer this module covers.
     """
     name = tokenizer_name(tokenizer)
     backend = backend_tokenizer(tokenizer)
@@ -111,12 +95,7 @@ def read_spec(tokenizer: Any) -> TokenizerSpec:
 
 
 def _normalizer(name: str, config: Any) -> str | None:
-    """``"NFC"``, or None for no normalizer (or a ``Sequence`` of none); else an error.
-
-    NFC is idempotent, so its tokenizer's encodings are those of NFC texts (:mod:`.nfc`).
-    Other normalizers (NFKC, lowercasing, replacements, SentencePiece's) rewrite text in
-    ways the canonical filter does not model.
-    """
+    """``"NFC"``, or None for no normalizer (or a ``Sequence`` of none); else an error."""
     if config is None:
         return None
     kind = config.get("type")

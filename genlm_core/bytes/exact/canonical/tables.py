@@ -1,19 +1,8 @@
 """Pre-token structures of a pending text followed by a token, cached by class strings.
 
-A context's *pending* text is what follows its last settled pre-token boundary (one
-that no future text can move). For a next token ``d`` and a future ``f`` (up to two
-characters, or the end of the text), the pre-tokenizer splits ``pending + d + f``; a
-split with a boundary strictly inside ``d`` rules ``d`` out for that future. The
-others are described by a :data:`Structure` ``(cuts, joined)`` (the boundaries inside
-the pending text, as offsets from its end, and whether one falls between it and
-``d``) and by what follows ``d``: a boundary (``d`` *closes* its pre-token) or the
-future's first character continuing ``d``'s pre-token (``d`` *straddles*; the class of
-that character is kept).
-
-Everything depends only on class strings (:mod:`.pretok`). Pending texts that behave
-the same before every short future share one table (``" hel"`` and ``" hello"`` do), and
-a token whose first character cannot join the pending text is looked up in the table of
-the empty pending text: few tables, each of a few thousand regex runs.
+A :data:`Structure` says where the pending text's boundaries fall before a token, and the
+token then closes its pre-token or straddles into the next (docs/bytes.md, *How the
+filter computes it*). Pending texts that split alike share one table.
 """
 
 from __future__ import annotations
@@ -56,12 +45,7 @@ class TokenClassStrings:
 
 
 def futures(pretok: Any) -> list[str]:
-    r"""Futures that decide boundaries already read: the end, one and two characters.
-
-    Two characters where the second can matter (after whitespace: ``\s+(?!\S)``).
-
-    Computed once per pre-tokenizer (see :func:`_lookahead_classes`).
-    """
+    r"""Futures that decide boundaries already read: the end, one and two characters."""
     cached = getattr(pretok, "_futures", None)
     if cached is None or cached[0] != len(pretok.classes.reps):
         reps = pretok.classes.reps
@@ -87,12 +71,7 @@ def all_futures(pretok: Any, length: int) -> list[str]:
 
 
 def _lookahead_classes(pretok: Any) -> list[int]:
-    """Classes after which the next character can move boundaries already read.
-
-    A class ``c`` is one when, for some short text ``x`` (up to two characters, or a
-    run of one class), ``x + c + y`` splits ``x`` or the boundary after ``x``
-    differently for two characters ``y`` (or the end).
-    """
+    """Classes after which the next character can move boundaries already read."""
     reps = pretok.classes.reps
     probes = [
         "",
@@ -112,14 +91,7 @@ def _lookahead_classes(pretok: Any) -> list[int]:
 
 
 class PendingTable:
-    """Structures of one pending state (a class string and those equivalent to it).
-
-    Args:
-        pretok: The :class:`~genlm_core.bytes.exact.canonical.pretok.Pretokenizer`.
-        pending: Class ids of a representative pending text.
-        strings: The token class strings.
-        empty: The table of the empty pending text (for tokens that cannot join).
-    """
+    """Structures of one pending state (``empty``: the empty text's table, for lone tokens)."""
 
     def __init__(
         self,
@@ -150,10 +122,7 @@ class PendingTable:
         return k
 
     def _lone_classes(self) -> dict[int, tuple[tuple[int, ...], bool]]:
-        """First classes after which the pending text always ends a pre-token, with its cuts.
-
-        For those, the token's own pre-tokenization starts afresh: the empty table's.
-        """
+        """First classes after which the pending text always ends a pre-token, with its cuts."""
         classes = self.pretok.classes
         p = len(self.prefix)
         out = {}
@@ -230,11 +199,7 @@ class PendingTable:
 
 
 def bitset_words(masks: list[int], size: int) -> np.ndarray:
-    """Bitsets of ``size`` bits (Python ints) as a ``(words, len(masks))`` uint64 array.
-
-    Word ``w`` holds bits ``64 w`` to ``64 w + 63``: a table may have any number of
-    structures (one word for the few that real pre-tokenizers give).
-    """
+    """Bitsets of ``size`` bits (Python ints) as a ``(words, len(masks))`` uint64 array."""
     words = max(1, -(-size // 64))
     out = np.empty((words, len(masks)), dtype=np.uint64)
     for w in range(words):
@@ -258,12 +223,7 @@ _WORD = (1 << 64) - 1
 
 
 class Tables:
-    """The pending-state tables of one pre-tokenizer, shared by equivalent pending texts.
-
-    Two pending texts are equivalent when every future of up to three characters splits
-    them the same way (boundaries counted from their ends); the regexes in use look at
-    most that far, so equivalent texts split the same way before any token.
-    """
+    """The pending-state tables of one pre-tokenizer, shared by texts split alike."""
 
     def __init__(self, pretok: Any, strings: TokenClassStrings) -> None:
         self.pretok = pretok
@@ -294,17 +254,9 @@ class Tables:
             for f in all_futures(self.pretok, 3)
         )
 
-    def __len__(self) -> int:
-        return len(self._by_signature) + 1
-
 
 def settled_offset(pretok: Any, text: str) -> int:
-    """The last offset of ``text`` that is a pre-token boundary whatever text follows.
-
-    Also every boundary before it is the same whatever follows. Futures are every
-    string of class representatives up to two characters, and the end of the text.
-    0 if none.
-    """
+    """The last offset of ``text`` that is a pre-token boundary whatever follows (or 0)."""
     if not text:
         return 0
     n = len(text)

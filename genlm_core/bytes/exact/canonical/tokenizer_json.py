@@ -1,15 +1,8 @@
 """A tokenizer's ``tokenizer.json``, read without holding the GIL for long.
 
-The canonical filter is built in a worker thread so that the event loop keeps running
-(docs/bytes.md, *The event loop*). But asking the Rust tokenizer for its JSON
-(``Tokenizer.to_str()``, ~0.15 s for Llama-3 on a CPU) and ``json.loads`` of the result
-each run in one call that holds the GIL: no other Python thread, the event loop's
-included, runs meanwhile. So, when the tokenizer was loaded from a ``tokenizer.json``
-that is still on disk, that file is read (I/O releases the GIL) and parsed in pieces
-(:func:`loads_in_pieces`: one short C call per vocabulary entry or merge, so the
-interpreter switches threads between them), after checking that the file describes the
-tokenizer in memory (:func:`describes`). Otherwise, ``to_str()`` is used as before:
-slower for the loop, never a different answer.
+``Tokenizer.to_str()`` and ``json.loads`` each hold the GIL for a tenth of a second or
+more; when the file the tokenizer was loaded from still :func:`describes` it, the file
+is read and parsed item by item instead (docs/bytes.md, *The event loop*).
 """
 
 from __future__ import annotations
@@ -38,12 +31,7 @@ _SAMPLED_TOKENS = 4096
 
 
 def read_tokenizer_json(tokenizer: Any, backend: Any) -> dict[str, Any]:
-    """``tokenizer``'s ``tokenizer.json`` as a dict: from its file when that is safe.
-
-    Args:
-        tokenizer: A Hugging Face tokenizer (its ``name_or_path`` locates the file).
-        backend: Its ``tokenizers.Tokenizer``.
-    """
+    """``tokenizer``'s ``tokenizer.json`` as a dict: from its file when that is safe."""
     path = loaded_file(tokenizer)
     if path is not None:
         try:
@@ -75,12 +63,7 @@ def loaded_file(tokenizer: Any) -> Path | None:
 def describes(config: dict[str, Any], backend: Any) -> bool:
     """Whether the parsed ``config`` is the tokenizer ``backend`` holds in memory.
 
-    Compared, each in a short call: the normalizer, pre-tokenizer, decoder and
-    post-processor as serialized; the model's kind and options; the vocabulary's size
-    and the ids of 4096 of its entries; the added tokens. Not compared: the merges
-    (reading them back from the tokenizer is the long call this module avoids): a
-    tokenizer whose merges alone were changed in memory after loading would be read
-    as its file says.
+    All but the merges are compared (reading them back is the long call avoided).
     """
     try:
         for name in _COMPONENTS:
@@ -111,14 +94,9 @@ def describes(config: dict[str, Any], backend: Any) -> bool:
 
 
 def loads_in_pieces(text: str, depth: int = 3) -> Any:
-    """``json.loads(text)``, parsing arrays and objects ``depth`` levels deep item by item.
+    """``json.loads(text)``, parsing ``depth`` levels item by item.
 
-    Each item (a vocabulary entry, a merge) is one short C call, so another thread
-    gets the GIL between them; one ``json.loads`` of a whole ``tokenizer.json`` is
-    a single call of ~0.1-0.4 s that no thread can interrupt. Same result.
-
-    Raises:
-        json.JSONDecodeError: ``text`` is not JSON.
+    Each item is a short C call, so other threads get the GIL between them.
     """
     skip = _WHITESPACE.match
 

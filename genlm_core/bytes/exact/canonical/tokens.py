@@ -1,61 +1,28 @@
-r"""Vocabulary tokens as text: class strings, split characters, and how to complete them.
+r"""Vocabulary tokens as text: split characters, and the ways to complete them.
 
-Byte-level tokens need not hold whole UTF-8 characters: ``b"\xe4\xb8"`` is the first
-two bytes of ``"中"``. Pre-tokenization sees characters, so such a token is analysed
-with the character it becomes part of: a token that *starts* with continuation bytes
-can only follow a context that ends inside a character, and a token that *ends* inside
-a character needs tokens after it that complete the character (the future). For the
-latter, :func:`completions` lists, per class of the completed character, a few byte
-strings that complete it and a tokenization of them that BPE leaves alone after the
-token (continuation-byte tokens only; see docs/bytes.md for what is left out).
+A token ending inside a UTF-8 character is judged with completions of it
+(:func:`completions`, docs/bytes.md, *How the filter computes it*).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
-
-__all__ = [
-    "LEAD",
-    "TEXT",
-    "TRAIL",
-    "Completion",
-    "TokenText",
-    "completions",
-    "split_utf8",
-    "utf8_length",
-]
+__all__ = ["LEAD", "TEXT", "TRAIL", "Completion", "completions", "split_utf8", "utf8_length"]
 
 #: Witnesses kept per (token, completed character class): a context can rule out some.
 WITNESSES = 3
 
 
-class TokenText(NamedTuple):
-    """A token's bytes as ``lead`` (continuation bytes) + ``text`` + ``trail`` (a char start).
-
-    :func:`split_utf8` returns it as a plain ``(lead, text, trail)`` tuple, read with
-    :data:`LEAD`, :data:`TEXT` and :data:`TRAIL`: the cyclic garbage collector stops
-    tracking exact tuples of strings, not NamedTuple instances, so a filter's 128k of
-    them then do not lengthen its full collections (each pauses every thread, the event
-    loop's too: 103-106 ms stalls measured with them tracked).
-    """
-
-    lead: bytes
-    text: str
-    trail: bytes
-
-
-#: Indices of a :class:`TokenText` tuple's fields.
+#: Fields of :func:`split_utf8`'s tuples: plain tuples, not NamedTuples, because the
+#: garbage collector stops tracking tuples of strings (128k of them lengthened every
+#: full collection, which pauses the event loop: 103-106 ms stalls measured).
 LEAD, TEXT, TRAIL = 0, 1, 2
 
 
 def split_utf8(data: bytes) -> tuple[bytes, str, bytes] | None:
-    """Split a token's bytes into leading continuation bytes, whole characters, partial end.
-
-    None when the bytes cannot occur in any UTF-8 text (a stray byte in the middle).
-    """
+    """A token's bytes as (continuation bytes, whole characters, a started character), or None."""
     k = 0
     while k < min(3, len(data)) and 0x80 <= data[k] <= 0xBF:
         k += 1
@@ -76,7 +43,7 @@ def split_utf8(data: bytes) -> tuple[bytes, str, bytes] | None:
         text = middle.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return (lead, text, trail)  # an exact tuple: see TokenText
+    return (lead, text, trail)  # a plain tuple: see LEAD
 
 
 def utf8_length(lead: int) -> int:
@@ -110,11 +77,7 @@ _CONT = range(0x80, 0xC0)
 
 @dataclass(frozen=True)
 class Completion:
-    """Bytes ``rest`` after a token complete its last character, spelled by ``tokens``.
-
-    ``text`` is the completed character, and the one character after it when the
-    completing token carries one.
-    """
+    """Bytes ``rest`` completing a token's last character (``text``), spelled by ``tokens``."""
 
     text: str
     rest: bytes
@@ -132,17 +95,9 @@ def completions(
 ) -> dict[tuple[Any, ...], list[Completion]]:
     """Ways to complete ``token``'s partial last character, grouped by class string.
 
-    A completion is either bytes finishing the character, tokenized into tokens made
-    only of continuation bytes, or one token that finishes it and adds one character
-    (``mixed``: by number of continuation bytes, ``(token, its continuation bytes, the
-    character)``); each adjacent pair (the token first) is one BPE's merges leave
-    alone. At most :data:`WITNESSES` per class string of the completed text and first
-    completing token (whether the tokens before it merge with it depends on that
-    token), found by trying completing bytes in order (see :func:`_byte_strings`);
-    ``distinct``
-    (completed text -> key, or None) splits the groups further: behind an NFC
-    normalizer, a completion whose characters are not all inert is its own group
-    (whether it keeps text NFC depends on it, :mod:`.nfc`).
+    Continuation-byte tokens or one ``mixed`` token (finishing it and adding a character),
+    their pairs left alone by BPE; at most :data:`WITNESSES` per class string and first
+    completing token, further split by ``distinct`` (NFC, :mod:`.nfc`).
     """
     need = utf8_length(trail[0]) - len(trail)
     found: dict[Any, list[Completion]] = {}
@@ -179,12 +134,9 @@ def completions(
 
 
 def _byte_strings(n: int) -> list[bytes]:
-    r"""Continuation-byte strings of length ``n`` to try: all for one or two bytes.
+    r"""Continuation-byte strings of length ``n`` to try: all of one or two bytes, else 4 last.
 
-    All 64 for one byte and all 4096 for two (a two-byte continuation token may be the
-    only first token BPE leaves alone after the token: Qwen3 writes ``" ⒌"`` as
-    ``" " | "\xe2" | "\x92\x8c"``); for three, every first two bytes with 4 spread
-    values after them (16384 of 262144).
+    A two-byte completion may be the only one BPE leaves alone (Qwen3's ``"\xe2" "\x92\x8c"``).
     """
     if n == 1:
         return [bytes([x]) for x in _CONT]
@@ -229,8 +181,3 @@ def byte_ids_of(byte_vocab: list[bytes], excluded: Any) -> dict[bytes, int]:
         if b and i not in excluded and all(0x80 <= x <= 0xBF for x in b):
             out.setdefault(bytes(b), i)
     return out
-
-
-def as_array(values: list[int]) -> np.ndarray:
-    """An int64 array (helper for vectorised lookups)."""
-    return np.asarray(values, dtype=np.int64)
