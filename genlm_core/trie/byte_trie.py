@@ -19,6 +19,7 @@ import torch
 from genlm_core.trie import _kernels
 from genlm_core.trie._build import build_trie_arrays, plan_masses
 from genlm_core.trie._outputs import BatchOutputs
+from genlm_core.trie.base import FlatTrie
 from genlm_core.trie.cpu import resolve_device
 from genlm_core.trie.errors import InvalidVocabularyError, VocabularyTypeError
 from genlm_core.trie.views import ChildrenView, PrefixView
@@ -37,7 +38,7 @@ class TrieMode(Enum):
     WITH_EOS = "with_eos"  # EOS tokens count only at eos_node (and the root)
 
 
-class TokenByteTrie:
+class TokenByteTrie(FlatTrie):
     """Token weights (indexed by token id) -> masses of every byte prefix.
 
     An empty token (``Token(i, b"")``: an id-range hole or logits padding from
@@ -63,6 +64,7 @@ class TokenByteTrie:
     """
 
     out_dtype = np.float32
+    _entries = "tokens"
 
     def __init__(
         self,
@@ -207,11 +209,6 @@ class TokenByteTrie:
         out = torch.from_numpy(masses)
         return out if self.device == "cpu" else out.to(self.device)
 
-    @property
-    def num_nodes(self) -> int:
-        """Number of nodes, leaves and ``eos_node`` included."""
-        return self._arrays.num_nodes
-
     @functools.cached_property
     def children(self) -> ChildrenView:
         """``children[node]``: edge -> child; a byte (int), atomic string, ``EOS`` or leaf key.
@@ -253,25 +250,9 @@ class TokenByteTrie:
         return {(bytes(t), t.token_id): leaf for t, leaf in zip(self.decode, leaves, strict=True)}
 
     @functools.cached_property
-    def leaf2word(self) -> dict[int, Hashable]:
-        """Leaf -> ``(bytes, token_id)``."""
-        return {leaf: word for word, leaf in self.word2leaf.items()}
-
-    @functools.cached_property
     def lookup(self) -> dict[Hashable, int]:
         """``(bytes, token_id)`` -> token id, as genlm-bytes."""
         return {(bytes(t), t.token_id): t.token_id for t in self.decode}
-
-    def visualize(self, ws: Any = None) -> Any:
-        """A ``graphviz.Digraph`` of the trie (needs ``pip install graphviz``)."""
-        from genlm_core.trie.visualize import visualize
-
-        if isinstance(ws, torch.Tensor):
-            ws = ws.detach().cpu().numpy()
-        return visualize(self, ws)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({len(self.decode)} tokens, {self.num_nodes} nodes)"
 
 
 def _encode(
