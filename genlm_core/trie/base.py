@@ -190,23 +190,19 @@ class CharacterTrieBase(FlatTrie):
                 f"repeats decode[{first}] = {self.decode[first]!r}; {hint}"
             )
 
-    def _vector(self, ws: Any, what: str) -> Any:
-        """One distribution as :meth:`_fill` takes it (a subclass may keep it on its device)."""
-        return as_vector(ws, len(self._arrays.token_leaf), what)
-
-    def _batch(self, ws: Any, what: str) -> Any:
-        """A batch as :meth:`_fill` takes it (a subclass may keep it on its device)."""
-        return as_batch(ws, len(self._arrays.token_leaf), what)
+    def _weights(self, ws: Any, what: str, batch: bool) -> Any:
+        """Weights as :meth:`_fill` takes them (a subclass may keep them on its device)."""
+        return (as_batch if batch else as_vector)(ws, len(self._arrays.token_leaf), what)
 
     def _one(self, op: str, what: str, ws: Any) -> np.ndarray:
-        arr = self._vector(ws, what)
+        arr = self._weights(ws, what, batch=False)
         masses, bad = self._fill_one(op, arr)
         if bad >= 0:
             raise nan_error(what, bad, self.decode[bad])
         return masses
 
     def _many(self, op: str, what: str, ws: Any) -> np.ndarray:
-        arr = self._batch(ws, what)
+        arr = self._weights(ws, what, batch=True)
         if arr.shape[0] == 0:
             return np.empty((0, self.num_nodes), dtype=self.out_dtype)
         masses, bad = self._fill(op, arr)

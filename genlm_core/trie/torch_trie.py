@@ -167,14 +167,10 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
     def _build(self, vocab: EncodedVocab) -> TrieArrays:
         return build_trie_arrays(vocab.codes, vocab.offsets)
 
-    def _vector(self, ws: Any, what: str) -> Any:
+    def _weights(self, ws: Any, what: str, batch: bool) -> Any:
         """Weights already on the device stay there (checked where they are)."""
-        w = self._device_weights(ws, what, batch=False)
-        return w if w is not None else super()._vector(ws, what)
-
-    def _batch(self, ws: Any, what: str) -> Any:
-        w = self._device_weights(ws, what, batch=True)
-        return w if w is not None else super()._batch(ws, what)
+        w = self._device_weights(ws, what, batch)
+        return w if w is not None else super()._weights(ws, what, batch)
 
     def _fill(self, op: str, ws: np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         masses, nan_rows = self._run(op, ws)
