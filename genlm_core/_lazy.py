@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import Any
 
 
-def lazy_exports(namespace: dict[str, Any]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    namespace: dict[str, Any], resolve: Callable[[str], Any] | None = None
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """A package's ``(__getattr__, __dir__)``; ``namespace`` is its ``globals()``.
 
     The exports are the names the package imports under ``if TYPE_CHECKING:``, the
     one table: type checkers read it, and its source is parsed on the first lookup.
+    ``resolve(name)``, if given, finds the values instead (raising ``AttributeError``).
     Resolved names are cached in ``namespace``.
     """
     package = namespace["__name__"]
@@ -34,11 +37,14 @@ def lazy_exports(namespace: dict[str, Any]) -> tuple[Callable[[str], Any], Calla
             for alias in node.names
         }
 
-    def __getattr__(name: str) -> Any:  # noqa: N807 - the PEP 562 hook
+    def find(name: str) -> Any:
         module = exports().get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        return getattr(importlib.import_module(module), name)
+
+    def __getattr__(name: str) -> Any:  # noqa: N807 - the PEP 562 hook
+        value = (resolve or find)(name)
         namespace[name] = value
         return value
 
