@@ -1,4 +1,4 @@
-"""genlm-backend's ``genlm.backend.llm`` and ``genlm.backend.cache`` names.
+"""genlm-backend's ``genlm.backend.llm`` names.
 
 The model classes live in the backend plugins (``genlm_core/plugins/official.toml``
 names each one's class); where a plugin does not import, the name is a
@@ -10,9 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, NoReturn
 
-from genlm_core.runtime._cache import OutputCache
-
-__all__ = ["OutputCache", "llm_name", "placeholder"]
+__all__ = ["llm_name", "placeholder"]
 
 #: ``genlm.backend.llm``'s names that are the core's; the rest are the plugins' classes.
 _CORE = {
