@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from genlm_core._validation import is_int_at_least
 from genlm_core.trie._build import TrieArrays, build_trie_arrays
 from genlm_core.trie._outputs import BatchOutputs
 from genlm_core.trie.base import CharacterTrieBase
@@ -125,11 +126,7 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
         dtype: torch.dtype = torch.float32,
         max_batch_size: int | None = None,
     ) -> None:
-        if max_batch_size is not None and (
-            isinstance(max_batch_size, bool)
-            or not isinstance(max_batch_size, int)
-            or max_batch_size < 1
-        ):
+        if max_batch_size is not None and not is_int_at_least(max_batch_size, 1):
             raise ValueError(
                 f"max_batch_size must be None or an integer >= 1, got {max_batch_size!r}"
             )
