@@ -65,13 +65,10 @@ def placeholder(
         why = f"genlm-{backend} cannot be imported here ({type(cause).__name__}: {cause})"
     message = f"{name} is genlm-{backend}'s model class, and {why}: {install_hint(backend)}"
 
-    def fail(*args: Any, **kwargs: Any) -> NoReturn:
+    def fail(*args: Any, **kwargs: Any) -> NoReturn:  # __init__ and from_name
         from genlm_core.errors import PluginLoadError
 
         raise PluginLoadError(message) from cause
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        fail()
 
     return type(
         name,
@@ -79,7 +76,7 @@ def placeholder(
         {
             "__doc__": f"Placeholder: {message}",
             "__module__": module,
-            "__init__": __init__,
+            "__init__": fail,
             "from_name": classmethod(fail),
             "unavailable_reason": message,
         },
