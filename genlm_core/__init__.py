@@ -76,9 +76,8 @@ if TYPE_CHECKING:  # pragma: no cover
         UnsupportedTokenizerError,
     )
 
-    # genlm-backend's top-level model classes, from their plugins (genlm_core.llm): the
-    # class, or a placeholder that raises the install command when used. Importable by
-    # name, but not in __all__: `from genlm_core import *` imports no plugin.
+    # genlm-backend's top-level model classes (see genlm_core.llm): importable by name,
+    # but not in __all__, so `from genlm_core import *` imports no plugin.
     from genlm_core.llm import AsyncTransformer, AsyncVirtualLM  # noqa: F401
     from genlm_core.lm import AsyncLM, AsyncLMBase, BatchedAsyncLM, PrefixRequest, Request
     from genlm_core.loading import list_backends, load_model_by_name, resolve_backend

@@ -41,10 +41,8 @@ class TrieMode(Enum):
 class TokenByteTrie(FlatTrie):
     """Token weights (indexed by token id) -> masses of every byte prefix.
 
-    An empty token (``Token(i, b"")``: an id-range hole or logits padding from
-    ``decode_vocab``) is a leaf directly below the root; its weight counts in the
-    root's mass and in no byte's (as in genlm-bytes). Give holes weight 0 if the
-    root's mass must equal the sum over its byte children and ``eos_node``.
+    Empty tokens count in the root's mass only, as in
+    :class:`~genlm_core.trie.base.CharacterTrieBase` (and genlm-bytes).
 
     Args:
         decode: Tokens (``decode_vocab``); plain bytes are deprecated and numbered by
@@ -185,11 +183,7 @@ class TokenByteTrie(FlatTrie):
         return self.batch_weight_max(as_vector(ws, len(self.decode), "weight_max")[None])[0]
 
     def batch_weight_max(self, ws: Any) -> torch.Tensor:
-        """:meth:`weight_max` of a batch, shape ``(batch, len(decode))`` or a list of vectors.
-
-        Returns:
-            Float32 tensor of shape ``(batch, num_nodes)``.
-        """
+        """:meth:`weight_max` of a batch, as :meth:`batch_weight_sum`."""
         arr = as_batch(ws, len(self.decode), "weight_max")
         return self._tensor(self._fill("max", arr, "batch_weight_max"))
 
