@@ -19,49 +19,6 @@ from genlm_core._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-_EXPORTS = {
-    # the contract
-    "AsyncLM": "genlm_core.lm",
-    "AsyncLMBase": "genlm_core.lm",
-    "BatchedAsyncLM": "genlm_core.lm",
-    "Request": "genlm_core.lm",
-    "PrefixRequest": "genlm_core.lm",
-    # loading
-    "load_model_by_name": "genlm_core.loading",
-    "list_backends": "genlm_core.loading",
-    "resolve_backend": "genlm_core.loading",
-    # machinery
-    "AutoBatcher": "genlm_core.runtime",
-    "OutputCache": "genlm_core.cache",
-    "Token": "genlm_core.tokenization",
-    "decode_vocab": "genlm_core.tokenization",
-    "MockAsyncLM": "genlm_core.testing.mock",
-    "TokenCharacterTrie": "genlm_core.trie",
-    "AsyncTokenCharacterTrie": "genlm_core.trie",
-    "TokenByteTrie": "genlm_core.trie",
-    "ParallelTokenCharacterTrie": "genlm_core.trie",
-    # genlm-backend's top-level model classes, from their plugins (genlm_core.llm): the
-    # class, or a placeholder that raises the install command when used. Importable by
-    # name, but not in __all__: `from genlm_core import *` imports no plugin.
-    "AsyncTransformer": "genlm_core.llm",
-    "AsyncVirtualLM": "genlm_core.llm",
-    # errors
-    "GenlmError": "genlm_core.errors",
-    "UnknownBackendError": "genlm_core.errors",
-    "BackendUnavailableError": "genlm_core.errors",
-    "NoBackendAvailableError": "genlm_core.errors",
-    "DuplicateBackendError": "genlm_core.errors",
-    "BackendContractError": "genlm_core.errors",
-    "PluginLoadError": "genlm_core.errors",
-    "BatcherClosedError": "genlm_core.errors",
-    "BatchSizeMismatchError": "genlm_core.errors",
-    "ModelClosedError": "genlm_core.errors",
-    "InvalidTokenIdsError": "genlm_core.errors",
-    "UnknownLoraError": "genlm_core.errors",
-    "UnsupportedTokenizerError": "genlm_core.errors",
-    "InvalidArgumentError": "genlm_core.errors",
-}
-
 __all__ = [
     "AsyncLM",
     "AsyncLMBase",
@@ -97,7 +54,7 @@ __all__ = [
     "resolve_backend",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__ = lazy_exports(globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -118,7 +75,10 @@ if TYPE_CHECKING:  # pragma: no cover
         UnknownLoraError,
         UnsupportedTokenizerError,
     )
-    from genlm_core.llm import AsyncTransformer, AsyncVirtualLM  # noqa: F401 - not in __all__
+
+    # genlm-backend's top-level model classes (see genlm_core.llm): importable by name,
+    # but not in __all__, so `from genlm_core import *` imports no plugin.
+    from genlm_core.llm import AsyncTransformer, AsyncVirtualLM  # noqa: F401
     from genlm_core.lm import AsyncLM, AsyncLMBase, BatchedAsyncLM, PrefixRequest, Request
     from genlm_core.loading import list_backends, load_model_by_name, resolve_backend
     from genlm_core.runtime import AutoBatcher

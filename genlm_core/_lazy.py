@@ -2,29 +2,53 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
 def lazy_exports(
-    package: str, exports: dict[str, str], namespace: dict[str, Any]
+    namespace: dict[str, Any], resolve: Callable[[str], Any] | None = None
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """A package's ``(__getattr__, __dir__)`` from ``exports``, ``{name: its module}``.
+    """A package's ``(__getattr__, __dir__)``; ``namespace`` is its ``globals()``.
 
-    ``package`` is the package's ``__name__``; resolved names are cached in
-    ``namespace``, its ``globals()``.
+    The exports are the names the package imports under ``if TYPE_CHECKING:``, the
+    one table: type checkers read it, and its source is parsed on the first lookup.
+    ``resolve(name)``, if given, finds the values instead (raising ``AttributeError``).
+    Resolved names are cached in ``namespace``.
     """
+    package = namespace["__name__"]
 
-    def __getattr__(name: str) -> Any:  # noqa: N807 - the PEP 562 hook
-        module = exports.get(name)
+    @functools.cache
+    def exports() -> dict[str, str]:
+        tree = ast.parse(Path(namespace["__file__"]).read_text(encoding="utf-8"))
+        block = next(
+            node
+            for node in tree.body
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        )
+        return {
+            alias.asname or alias.name: str(node.module)
+            for node in block.body
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+        }
+
+    def find(name: str) -> Any:
+        module = exports().get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        return getattr(importlib.import_module(module), name)
+
+    def __getattr__(name: str) -> Any:  # noqa: N807 - the PEP 562 hook
+        value = (resolve or find)(name)
         namespace[name] = value
         return value
 
     def __dir__() -> list[str]:  # noqa: N807
-        return list(namespace.get("__all__", sorted(exports)))
+        return list(namespace["__all__"])
 
     return __getattr__, __dir__

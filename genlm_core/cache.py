@@ -1,5 +1,5 @@
-"""genlm-backend's ``genlm.backend.cache`` path: see :mod:`genlm_core.compat.genlm_backend`."""
+"""genlm-backend's ``genlm.backend.cache`` path: :class:`~genlm_core.runtime.OutputCache`."""
 
-from genlm_core.compat.genlm_backend import OutputCache as OutputCache
+from genlm_core.runtime import OutputCache
 
 __all__ = ["OutputCache"]

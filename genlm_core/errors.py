@@ -116,8 +116,7 @@ class InvalidTokenIdsError(GenlmError, ValueError):
 class UnknownLoraError(GenlmError, KeyError):
     """A request named a LoRA adapter that was never added with ``add_new_lora``."""
 
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+    __str__ = UnknownBackendError.__str__  # the message, not KeyError's repr()
 
 
 class UnsupportedTokenizerError(GenlmError, ValueError):

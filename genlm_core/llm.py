@@ -5,8 +5,10 @@ Names resolve on first use (PEP 562), so importing this module imports no plugin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from typing import TYPE_CHECKING
 
+from genlm_core._lazy import lazy_exports
 from genlm_core.compat.genlm_backend import llm_name
 from genlm_core.compat.genlm_backend import placeholder as placeholder  # tests build one
 
@@ -20,15 +22,7 @@ __all__ = [
     "load_model_by_name",
 ]
 
-
-def __getattr__(name: str) -> Any:  # noqa: N807 - the PEP 562 hook
-    value = llm_name(name, __name__)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:  # noqa: N807
-    return list(__all__)
+__getattr__, __dir__ = lazy_exports(globals(), functools.partial(llm_name, module=__name__))
 
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,6 +1,7 @@
 """Built-in trie implementations, registered in ``genlm.tries`` like any plugin.
 
-Only spec strings here: nothing is imported until a trie is built.
+Only spec strings here: nothing is imported until a trie is built. ``kind`` is
+``"character"`` unless given.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ _SPECS = (
         loader="genlm_core.trie.cpu:TokenCharacterTrie",
         priority=100,
         check=_numba_available,
-        kind="character",
         description="flat arrays + exact numba kernels, batches parallel across cores",
     ),
     TrieSpec(
@@ -38,7 +38,6 @@ _SPECS = (
         loader="genlm_core.trie.torch_trie:cuda_trie",
         priority=50,
         check=_cuda_available,
-        kind="character",
         description="torch sparse products on a CUDA GPU, float32 (below numba: "
         "model outputs arrive on the CPU)",
     ),
@@ -46,7 +45,6 @@ _SPECS = (
         name="reference",
         loader="genlm_core.trie.reference:ReferenceTokenCharacterTrie",
         priority=10,
-        kind="character",
         description="dicts + NumPy: slow, simple, the oracle for the others",
     ),
     # genlm-backend's AsyncTokenCharacterTrie.from_vocab(backend=...) names.
@@ -55,7 +53,6 @@ _SPECS = (
         loader="genlm_core.trie.cpu:TokenCharacterTrie",
         auto=False,
         check=_numba_available,
-        kind="character",
         description="genlm-backend name: TokenCharacterTrie (same as numba)",
     ),
     TrieSpec(
@@ -63,7 +60,6 @@ _SPECS = (
         loader="genlm_core.trie.cpu:ParallelTokenCharacterTrie",
         auto=False,
         check=_numba_available,
-        kind="character",
         description="genlm-backend name: ParallelTokenCharacterTrie (float32; CUDA when available)",
     ),
     TrieSpec(

@@ -1,5 +1,6 @@
-"""genlm-bytes' ``genlm.bytes.trie`` (import path kept): :mod:`genlm_core.compat.genlm_bytes`."""
+"""genlm-bytes' ``genlm.bytes.trie`` (import path kept): its names, from the core."""
 
-from genlm_core.compat.genlm_bytes import EOS, AsyncTokenByteTrie, TokenByteTrie, TrieMode
+from genlm_core.trie.async_trie import AsyncTokenByteTrie
+from genlm_core.trie.byte_trie import EOS, TokenByteTrie, TrieMode
 
 __all__ = ["EOS", "AsyncTokenByteTrie", "TokenByteTrie", "TrieMode"]

@@ -1,15 +1,8 @@
-"""genlm-backend's ``genlm.backend.llm`` and ``genlm.backend.cache`` names.
+"""genlm-backend's ``genlm.backend.llm`` names.
 
-``from genlm.backend.llm import AsyncTransformer, MockAsyncLM`` becomes
-``from genlm_core.llm import AsyncTransformer, MockAsyncLM``. The model classes live in
-the backend plugins (genlm-hf, genlm-vllm, genlm-mlx, genlm-sgl: the table
-``genlm_core/plugins/official.toml`` names each one's class). Asking for one imports
-its plugin; where that fails (the plugin or its engine is not installed), the name is
-a placeholder class, as genlm-backend 0.3.1 defines for absent engines: the import
-works (llamppl imports ``AsyncMlxLM`` at module level on every machine),
-``isinstance`` is False for every model, and constructing it or calling ``from_name``
-raises :class:`~genlm_core.errors.PluginLoadError` (an ``ImportError``) with the
-plugin's install command for this machine. Nothing is imported until a name is used.
+The model classes live in the backend plugins (``genlm_core/plugins/official.toml``
+names each one's class); where a plugin does not import, the name is a
+:func:`placeholder` that raises the install command (docs/migrating.md).
 """
 
 from __future__ import annotations
@@ -17,9 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, NoReturn
 
-from genlm_core.runtime._cache import OutputCache
-
-__all__ = ["OutputCache", "llm_name", "placeholder"]
+__all__ = ["llm_name", "placeholder"]
 
 #: ``genlm.backend.llm``'s names that are the core's; the rest are the plugins' classes.
 _CORE = {
@@ -74,13 +65,10 @@ def placeholder(
         why = f"genlm-{backend} cannot be imported here ({type(cause).__name__}: {cause})"
     message = f"{name} is genlm-{backend}'s model class, and {why}: {install_hint(backend)}"
 
-    def fail(*args: Any, **kwargs: Any) -> NoReturn:
+    def fail(*args: Any, **kwargs: Any) -> NoReturn:  # __init__ and from_name
         from genlm_core.errors import PluginLoadError
 
         raise PluginLoadError(message) from cause
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        fail()
 
     return type(
         name,
@@ -88,7 +76,7 @@ def placeholder(
         {
             "__doc__": f"Placeholder: {message}",
             "__module__": module,
-            "__init__": __init__,
+            "__init__": fail,
             "from_name": classmethod(fail),
             "unavailable_reason": message,
         },

@@ -1,12 +1,8 @@
 """genlm-backend 0.3.1 methods that clients still call, kept on every official backend.
 
-Plain functions that :class:`~genlm_core.backend_kit.PrefixCachedLM`,
-:class:`~genlm_core.backend_kit.EngineLM` and :class:`~genlm_core.testing.MockAsyncLM`
-hold as methods (``reset_async_queries = _compat.reset_async_queries``), so that code
-written against genlm-backend keeps working after the import rename: llamppl's
-``CachedCausalLM.reset_async_queries()`` calls the model's ``reset_async_queries``.
-``tests/core/test_backend_methods.py`` and each plugin's test compare these classes'
-public methods with genlm-backend 0.3.1's; docs/migrating.md lists the few not kept.
+Plain functions that ``PrefixCachedLM``, ``EngineLM`` and ``MockAsyncLM`` hold as
+methods (``reset_async_queries = _compat.reset_async_queries``); docs/migrating.md
+lists them, and the few not kept.
 """
 
 from __future__ import annotations
@@ -17,13 +13,7 @@ __all__ = ["clear_lora", "reset_async_queries", "set_lora"]
 
 
 def reset_async_queries(lm: object) -> None:
-    """Kept for genlm-backend's clients; there is nothing to reset.
-
-    genlm-backend's hf backend kept a queue of queries that an exception in the
-    caller's inference could leave behind, and this emptied it. genlm-core's batcher
-    leaves none: a failed batch fails each of its callers, a cancelled caller's
-    request is dropped before it runs, and the next batch starts clean.
-    """
+    """Kept for genlm-backend's clients: the batcher leaves no query to reset."""
 
 
 def set_lora(lm: object, lora_path: str, lora_name: str) -> NoReturn:

@@ -13,15 +13,15 @@ Names load lazily so importing this package does not import pytest.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from genlm_core._lazy import lazy_exports
 
-_EXPORTS = {
-    "MockAsyncLM": "genlm_core.testing.mock",
-    "ByteTokenizer": "genlm_core.testing.byte_tokenizer",
-    "AsyncLMConformance": "genlm_core.testing.conformance",
-    "LoraConformance": "genlm_core.testing.conformance",
-}
+__all__ = ["AsyncLMConformance", "ByteTokenizer", "LoraConformance", "MockAsyncLM"]
 
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(globals())
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+if TYPE_CHECKING:  # pragma: no cover
+    from genlm_core.testing.byte_tokenizer import ByteTokenizer
+    from genlm_core.testing.conformance import AsyncLMConformance, LoraConformance
+    from genlm_core.testing.mock import MockAsyncLM

@@ -20,23 +20,6 @@ from typing import TYPE_CHECKING
 
 from genlm_core._lazy import lazy_exports
 
-_EXPORTS = {
-    "AsyncCharacterTrie": "genlm_core.trie.protocols",
-    "AsyncTokenByteTrie": "genlm_core.trie.async_trie",
-    "AsyncTokenCharacterTrie": "genlm_core.trie.async_trie",
-    "CharacterTrie": "genlm_core.trie.protocols",
-    "CharacterTrieBase": "genlm_core.trie.base",
-    "InvalidVocabularyError": "genlm_core.trie.errors",
-    "InvalidWeightsError": "genlm_core.trie.errors",
-    "ParallelTokenCharacterTrie": "genlm_core.trie.cpu",
-    "ReferenceTokenCharacterTrie": "genlm_core.trie.reference",
-    "TokenByteTrie": "genlm_core.trie.byte_trie",
-    "TokenCharacterTrie": "genlm_core.trie.cpu",
-    "TorchTokenCharacterTrie": "genlm_core.trie.torch_trie",
-    "TrieMode": "genlm_core.trie.byte_trie",
-    "VocabularyTypeError": "genlm_core.trie.errors",
-}
-
 __all__ = [
     "AsyncCharacterTrie",
     "AsyncTokenByteTrie",
@@ -54,7 +37,7 @@ __all__ = [
     "VocabularyTypeError",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__ = lazy_exports(globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -89,22 +89,9 @@ def _sort_words(codes, offsets, bits, per):  # pragma: no cover - compiled
     and have longer words are refined on the next chunk.
     """
     n = offsets.shape[0] - 1
-    keys = np.empty(n, np.int64)
-    for i in range(n):
-        keys[i] = _pack(codes, offsets, i, 0, per, bits)
-    order = np.argsort(keys, kind="mergesort")
-    sorted_keys = keys[order]
+    order = np.arange(n)
     # Work list of runs (lo, hi, level) that tie on every chunk before `level`.
-    todo = [(0, 0, 0)]
-    todo.pop()
-    lo = 0
-    while lo < n:
-        hi = lo + 1
-        while hi < n and sorted_keys[hi] == sorted_keys[lo]:
-            hi += 1
-        if hi - lo > 1:
-            todo.append((lo, hi, 1))
-        lo = hi
+    todo = [(0, n, 0)]
     while len(todo) > 0:
         lo, hi, level = todo.pop()
         longest = 0

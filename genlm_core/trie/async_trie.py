@@ -155,10 +155,8 @@ class AsyncTokenCharacterTrie:
 class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
     """genlm-bytes' ``AsyncTokenByteTrie``: batches requests per (operation, mode).
 
-    Args:
-        trie: A :class:`~genlm_core.trie.byte_trie.TokenByteTrie`.
-        max_batch_size: Most distributions computed in one batch call.
-        max_wait: Seconds the first request of a batch may wait for company.
+    Arguments as :class:`AsyncTokenCharacterTrie`'s; ``trie`` is a
+    :class:`~genlm_core.trie.byte_trie.TokenByteTrie`.
     """
 
     _trie_kind = "byte"

@@ -18,10 +18,43 @@ from genlm_core.trie.views import ChildrenView, PrefixView
 from genlm_core.trie.vocab import OTHER, PLAIN_BYTES, TOKEN, EncodedVocab, encode_vocab, word_key
 from genlm_core.trie.weights import as_batch, as_vector, nan_error
 
-__all__ = ["CharacterTrieBase"]
+__all__ = ["CharacterTrieBase", "FlatTrie"]
 
 
-class CharacterTrieBase:
+class FlatTrie:
+    """What every trie on :class:`TrieArrays` shares, :class:`TokenByteTrie` included."""
+
+    decode: Sequence[Any]
+    word2leaf: dict[Hashable, int]
+    _arrays: TrieArrays
+    #: What ``repr`` calls the entries of ``decode``.
+    _entries: ClassVar[str] = "entries"
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes, leaves (and a byte trie's ``eos_node``) included."""
+        return self._arrays.num_nodes
+
+    @functools.cached_property
+    def leaf2word(self) -> dict[int, Hashable]:
+        """Leaf -> word key (the inverse of ``word2leaf``)."""
+        return {leaf: word for word, leaf in self.word2leaf.items()}
+
+    def visualize(self, ws: Any = None) -> Any:
+        """A ``graphviz.Digraph`` of the trie (needs ``pip install graphviz``).
+
+        Args:
+            ws: Optional node-indexed values to show, e.g. ``weight_sum``'s result.
+        """
+        from genlm_core.trie.visualize import visualize
+
+        return visualize(self, ws)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self.decode)} {self._entries}, {self.num_nodes} nodes)"
+
+
+class CharacterTrieBase(FlatTrie):
     """A trie over a vocabulary; node ``v``'s mass aggregates the tokens below ``v``.
 
     A token is below every node whose prefix its bytes start with, so the mass of a
@@ -97,21 +130,6 @@ class CharacterTrieBase:
         """:meth:`weight_max` of a batch, as :meth:`batch_weight_sum`."""
         return self._many("max", "weight_max", ws)
 
-    def visualize(self, ws: Any = None) -> Any:
-        """A ``graphviz.Digraph`` of the trie (needs ``pip install graphviz``).
-
-        Args:
-            ws: Optional node-indexed values to show, e.g. ``weight_sum``'s result.
-        """
-        from genlm_core.trie.visualize import visualize
-
-        return visualize(self, ws)
-
-    @property
-    def num_nodes(self) -> int:
-        """Number of nodes, leaves included (``len(children)``)."""
-        return self._arrays.num_nodes
-
     @property
     def parent(self) -> np.ndarray:
         """``parent[node]`` (int32, read-only); -1 for the root. Always ``parent[v] > v``."""
@@ -152,11 +170,6 @@ class CharacterTrieBase:
             for i, (item, leaf) in enumerate(zip(self.decode, leaves, strict=True))
         }
 
-    @functools.cached_property
-    def leaf2word(self) -> dict[int, Hashable]:
-        """Leaf -> word key (the inverse of :attr:`word2leaf`)."""
-        return {leaf: word for word, leaf in self.word2leaf.items()}
-
     def _check_duplicates(self) -> None:
         # Entries spelling the same word as another must have distinct word2leaf keys
         # (keys of different words differ: they contain the word).
@@ -177,23 +190,19 @@ class CharacterTrieBase:
                 f"repeats decode[{first}] = {self.decode[first]!r}; {hint}"
             )
 
-    def _vector(self, ws: Any, what: str) -> Any:
-        """One distribution as :meth:`_fill` takes it (a subclass may keep it on its device)."""
-        return as_vector(ws, len(self._arrays.token_leaf), what)
-
-    def _batch(self, ws: Any, what: str) -> Any:
-        """A batch as :meth:`_fill` takes it (a subclass may keep it on its device)."""
-        return as_batch(ws, len(self._arrays.token_leaf), what)
+    def _weights(self, ws: Any, what: str, batch: bool) -> Any:
+        """Weights as :meth:`_fill` takes them (a subclass may keep them on its device)."""
+        return (as_batch if batch else as_vector)(ws, len(self._arrays.token_leaf), what)
 
     def _one(self, op: str, what: str, ws: Any) -> np.ndarray:
-        arr = self._vector(ws, what)
+        arr = self._weights(ws, what, batch=False)
         masses, bad = self._fill_one(op, arr)
         if bad >= 0:
             raise nan_error(what, bad, self.decode[bad])
         return masses
 
     def _many(self, op: str, what: str, ws: Any) -> np.ndarray:
-        arr = self._batch(ws, what)
+        arr = self._weights(ws, what, batch=True)
         if arr.shape[0] == 0:
             return np.empty((0, self.num_nodes), dtype=self.out_dtype)
         masses, bad = self._fill(op, arr)
@@ -202,6 +211,3 @@ class CharacterTrieBase:
             row = int(rows[0])
             raise nan_error(f"batch_{what}", int(bad[row]), self.decode[int(bad[row])], row)
         return masses
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({len(self.decode)} entries, {self.num_nodes} nodes)"

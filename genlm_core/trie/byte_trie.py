@@ -19,6 +19,7 @@ import torch
 from genlm_core.trie import _kernels
 from genlm_core.trie._build import build_trie_arrays, plan_masses
 from genlm_core.trie._outputs import BatchOutputs
+from genlm_core.trie.base import FlatTrie
 from genlm_core.trie.cpu import resolve_device
 from genlm_core.trie.errors import InvalidVocabularyError, VocabularyTypeError
 from genlm_core.trie.views import ChildrenView, PrefixView
@@ -37,13 +38,11 @@ class TrieMode(Enum):
     WITH_EOS = "with_eos"  # EOS tokens count only at eos_node (and the root)
 
 
-class TokenByteTrie:
+class TokenByteTrie(FlatTrie):
     """Token weights (indexed by token id) -> masses of every byte prefix.
 
-    An empty token (``Token(i, b"")``: an id-range hole or logits padding from
-    ``decode_vocab``) is a leaf directly below the root; its weight counts in the
-    root's mass and in no byte's (as in genlm-bytes). Give holes weight 0 if the
-    root's mass must equal the sum over its byte children and ``eos_node``.
+    Empty tokens count in the root's mass only, as in
+    :class:`~genlm_core.trie.base.CharacterTrieBase` (and genlm-bytes).
 
     Args:
         decode: Tokens (``decode_vocab``); plain bytes are deprecated and numbered by
@@ -63,6 +62,7 @@ class TokenByteTrie:
     """
 
     out_dtype = np.float32
+    _entries = "tokens"
 
     def __init__(
         self,
@@ -183,11 +183,7 @@ class TokenByteTrie:
         return self.batch_weight_max(as_vector(ws, len(self.decode), "weight_max")[None])[0]
 
     def batch_weight_max(self, ws: Any) -> torch.Tensor:
-        """:meth:`weight_max` of a batch, shape ``(batch, len(decode))`` or a list of vectors.
-
-        Returns:
-            Float32 tensor of shape ``(batch, num_nodes)``.
-        """
+        """:meth:`weight_max` of a batch, as :meth:`batch_weight_sum`."""
         arr = as_batch(ws, len(self.decode), "weight_max")
         return self._tensor(self._fill("max", arr, "batch_weight_max"))
 
@@ -206,11 +202,6 @@ class TokenByteTrie:
     def _tensor(self, masses: np.ndarray) -> torch.Tensor:
         out = torch.from_numpy(masses)
         return out if self.device == "cpu" else out.to(self.device)
-
-    @property
-    def num_nodes(self) -> int:
-        """Number of nodes, leaves and ``eos_node`` included."""
-        return self._arrays.num_nodes
 
     @functools.cached_property
     def children(self) -> ChildrenView:
@@ -253,25 +244,9 @@ class TokenByteTrie:
         return {(bytes(t), t.token_id): leaf for t, leaf in zip(self.decode, leaves, strict=True)}
 
     @functools.cached_property
-    def leaf2word(self) -> dict[int, Hashable]:
-        """Leaf -> ``(bytes, token_id)``."""
-        return {leaf: word for word, leaf in self.word2leaf.items()}
-
-    @functools.cached_property
     def lookup(self) -> dict[Hashable, int]:
         """``(bytes, token_id)`` -> token id, as genlm-bytes."""
         return {(bytes(t), t.token_id): t.token_id for t in self.decode}
-
-    def visualize(self, ws: Any = None) -> Any:
-        """A ``graphviz.Digraph`` of the trie (needs ``pip install graphviz``)."""
-        from genlm_core.trie.visualize import visualize
-
-        if isinstance(ws, torch.Tensor):
-            ws = ws.detach().cpu().numpy()
-        return visualize(self, ws)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({len(self.decode)} tokens, {self.num_nodes} nodes)"
 
 
 def _encode(

@@ -24,11 +24,8 @@ class TokenCharacterTrie(CharacterTrieBase):
     """Token weights -> masses of every prefix, on the CPU (numba, exact float64 sums).
 
     Node numbering and the dict attributes are genlm-backend 0.3.1's, so its results
-    index the same way; the rows of a batch are spread over the cores.
-
-    Args:
-        decode: The vocabulary; entry ``i`` gets weight ``ws[i]``. See
-            :class:`~genlm_core.trie.base.CharacterTrieBase`.
+    index the same way; the rows of a batch are spread over the cores. Arguments: see
+    :class:`~genlm_core.trie.base.CharacterTrieBase`.
 
     Example::
 

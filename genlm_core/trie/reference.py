@@ -17,11 +17,7 @@ __all__ = ["ReferenceTokenCharacterTrie"]
 
 
 class ReferenceTokenCharacterTrie(CharacterTrieBase):
-    """Pure Python/NumPy implementation of :class:`~genlm_core.trie.TokenCharacterTrie`.
-
-    Args:
-        decode: The vocabulary; entry ``i`` gets weight ``ws[i]``.
-    """
+    """Pure Python/NumPy implementation of :class:`~genlm_core.trie.TokenCharacterTrie`."""
 
     def _build(self, vocab: EncodedVocab) -> TrieArrays:
         offsets = vocab.offsets.tolist()

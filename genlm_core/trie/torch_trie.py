@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from genlm_core._validation import is_int_at_least
 from genlm_core.trie._build import TrieArrays, build_trie_arrays
 from genlm_core.trie._outputs import BatchOutputs
 from genlm_core.trie.base import CharacterTrieBase
@@ -125,11 +126,7 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
         dtype: torch.dtype = torch.float32,
         max_batch_size: int | None = None,
     ) -> None:
-        if max_batch_size is not None and (
-            isinstance(max_batch_size, bool)
-            or not isinstance(max_batch_size, int)
-            or max_batch_size < 1
-        ):
+        if max_batch_size is not None and not is_int_at_least(max_batch_size, 1):
             raise ValueError(
                 f"max_batch_size must be None or an integer >= 1, got {max_batch_size!r}"
             )
@@ -167,14 +164,10 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
     def _build(self, vocab: EncodedVocab) -> TrieArrays:
         return build_trie_arrays(vocab.codes, vocab.offsets)
 
-    def _vector(self, ws: Any, what: str) -> Any:
+    def _weights(self, ws: Any, what: str, batch: bool) -> Any:
         """Weights already on the device stay there (checked where they are)."""
-        w = self._device_weights(ws, what, batch=False)
-        return w if w is not None else super()._vector(ws, what)
-
-    def _batch(self, ws: Any, what: str) -> Any:
-        w = self._device_weights(ws, what, batch=True)
-        return w if w is not None else super()._batch(ws, what)
+        w = self._device_weights(ws, what, batch)
+        return w if w is not None else super()._weights(ws, what, batch)
 
     def _fill(self, op: str, ws: np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         masses, nan_rows = self._run(op, ws)

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from genlm_core.trie.base import CharacterTrieBase
+    from genlm_core.trie.base import FlatTrie
 
 __all__ = ["visualize"]
 
 
-def visualize(trie: CharacterTrieBase, ws: Any = None) -> Any:
+def visualize(trie: FlatTrie, ws: Any = None) -> Any:
     """A ``graphviz.Digraph`` of ``trie`` (render it, or display it in a notebook).
 
     ``ws``: optional node-indexed values (e.g. from ``weight_sum``), shown in each
@@ -31,6 +31,8 @@ def visualize(trie: CharacterTrieBase, ws: Any = None) -> Any:
         ) from None
     n = len(trie.children)
     values = None
+    if hasattr(ws, "detach"):  # a torch tensor, on any device
+        ws = ws.detach().cpu().numpy()
     if ws is not None:
         values = np.asarray(ws, dtype=np.float64).reshape(-1)
         if values.shape[0] != n:
