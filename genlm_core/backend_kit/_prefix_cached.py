@@ -1,23 +1,8 @@
 """PrefixCachedLM: the base of backends that keep the keys and values of computed prefixes.
 
-genlm-hf and genlm-mlx run their models in-process and keep every forward's keys and
-values in a prefix cache, so that a request runs the model only on the tokens after
-its longest cached prefix. What that takes beyond the model itself is the same for
-both, and lives here:
-
-* requests grouped per adapter version (its handle also keys its prefix tree), the
-  adapter activated once per group;
-* prompts sharing a long uncached stretch get it computed once first
-  (:func:`~genlm_core.backend_kit.shared_prefixes`), then rows are grouped into
-  forwards under a key/value byte cap (:func:`~genlm_core.backend_kit.plan_groups`);
-* adapter loading and unloading (the prefix tree of an unloaded version is dropped),
-  the caches' statistics, clearing and release.
-
-A subclass implements its model's side: :meth:`_row` (the longest cached prefix of a
-prompt in its key/value store), :meth:`_forward_rows` (one forward over a group's new
-tokens, storing their keys and values), :meth:`_plain_logprobs` (the uncached
-reference), and the adapter hooks :meth:`_load_weights`, :meth:`_delete_weights` and
-:meth:`_activate`.
+genlm-hf and genlm-mlx share here: requests grouped per adapter version, shared
+uncached stretches computed once, forwards planned under a byte cap, adapters, release.
+A subclass implements its model's side (the abstract methods).
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """PrefixTree: per-adapter radix trees of token segments, least recently used leaves first.
 
-The framework-neutral half of the backends' prefix key/value caches (genlm-hf keeps
-slot runs of a torch pool per node, genlm-mlx an MLX array): the tree, the lookups,
-the splits, the LRU order and eviction. What a node holds (its *payload*) and what
-storing or freeing it costs stay with the backend.
-
-Why a radix tree of *segments*. Probabilistic programs extend the same prefixes over
-and over: every particle of a sampler shares the prompt, then adds one token per
-step. Each node stands for a stretch of tokens (its edge label: what one forward
-added, or with ``merge`` a leaf's whole growth) and holds the keys and values of
-exactly those positions. A prefix is stored once, however many continuations it has.
-
-Why LRU over leaves. A node's keys and values are only meaningful after its
-ancestors', so only leaves can go. Every use touches the path from the deepest node
-up to the root, so a parent is always more recent than its children and the least
-recently used node is always a leaf: eviction pops from the front of one ordered
-dict. Results never change after eviction: an evicted prefix is simply recomputed.
-
-One tree per LoRA adapter (``None`` = the base model), one LRU order across them.
-Not thread-safe: the backends call it under their model lock.
+The framework-neutral half of the backends' prefix key/value caches; what a node holds
+(its payload) stays with the backend. Not thread-safe: backends call it under their
+model lock. Why segments and leaf-first LRU: docs/architecture.md ("Prefix trees").
 """
 
 from __future__ import annotations

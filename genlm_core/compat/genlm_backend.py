@@ -1,15 +1,7 @@
 """genlm-backend's ``genlm.backend.llm`` and ``genlm.backend.cache`` names.
 
-``from genlm.backend.llm import AsyncTransformer, MockAsyncLM`` becomes
-``from genlm_core.llm import AsyncTransformer, MockAsyncLM``. The model classes live in
-the backend plugins (genlm-hf, genlm-vllm, genlm-mlx, genlm-sgl: the table
-``genlm_core/plugins/official.toml`` names each one's class). Asking for one imports
-its plugin; where that fails (the plugin or its engine is not installed), the name is
-a placeholder class, as genlm-backend 0.3.1 defines for absent engines: the import
-works (llamppl imports ``AsyncMlxLM`` at module level on every machine),
-``isinstance`` is False for every model, and constructing it or calling ``from_name``
-raises :class:`~genlm_core.errors.PluginLoadError` (an ``ImportError``) with the
-plugin's install command for this machine. Nothing is imported until a name is used.
+A model class is imported from its plugin on first use; where that fails it is a
+placeholder whose construction raises the install command (docs/migrating.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """genlm-backend 0.3.1 methods that clients still call, kept on every official backend.
 
-Plain functions that :class:`~genlm_core.backend_kit.PrefixCachedLM`,
-:class:`~genlm_core.backend_kit.EngineLM` and :class:`~genlm_core.testing.MockAsyncLM`
-hold as methods (``reset_async_queries = _compat.reset_async_queries``), so that code
-written against genlm-backend keeps working after the import rename: llamppl's
-``CachedCausalLM.reset_async_queries()`` calls the model's ``reset_async_queries``.
-``tests/core/test_backend_methods.py`` and each plugin's test compare these classes'
-public methods with genlm-backend 0.3.1's; docs/migrating.md lists the few not kept.
+Plain functions the official bases and ``MockAsyncLM`` hold as methods, so code written
+against genlm-backend keeps working (llamppl calls ``reset_async_queries``).
 """
 
 from __future__ import annotations

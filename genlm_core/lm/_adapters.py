@@ -1,18 +1,7 @@
 """LoRA adapter bookkeeping shared by every backend: names, versions, engine handles.
 
-Why. ``add_new_lora(path, name)`` under a name already loaded replaces that adapter,
-and ``remove_lora(name)`` unloads it, possibly while requests for it wait in the
-batcher or compute. Every request therefore carries the **generation** of the adapter
-version it was made for (``Request.generation``; 0 is the base model): requests and
-cached rows are keyed by it, so a call that starts after a replacement never meets a
-row of the old version, even one still being computed. Generations come from one
-process-wide counter and are never reused, so an adapter removed and added again under
-the same name is a new version too.
-
-A backend implements two hooks, :meth:`~genlm_core.lm.AsyncLMBase.load_adapter` and
-:meth:`~genlm_core.lm.AsyncLMBase.unload_adapter`; :class:`LoraAdapters`, which every
-model holds, keeps the table and calls them with the model held exclusively (no batch
-computing).
+Every request carries the generation of the adapter version it was made for, so a
+replaced adapter's rows are never served (docs/architecture.md, "Adapter versions").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """AsyncLMBase: the base class of every backend.
 
-It decodes the vocabulary, validates token ids and adapters, supplies the batch and
-prefix calls and the lifecycle. It holds its parts: the gate
-(:class:`~genlm_core.runtime.ComputeGate`), the adapters
-(:class:`~genlm_core.lm._adapters.LoraAdapters`, which call the backend's
-``load_adapter``/``unload_adapter``); ``sample`` calls :mod:`~genlm_core.lm._sampling`'s
-checks and draws.
+It decodes the vocabulary, validates token ids and adapters, and supplies the batch,
+prefix and sampling calls and the lifecycle, holding a ComputeGate and LoraAdapters.
 """
 
 from __future__ import annotations

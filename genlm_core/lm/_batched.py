@@ -1,11 +1,7 @@
 """BatchedAsyncLM: an AsyncLMBase whose calls go through the shared batcher and caches.
 
-A backend implements :meth:`BatchedAsyncLM.compute_batch` (and, if its model can run a
-whole sequence at once, :meth:`BatchedAsyncLM.compute_prefix_batch`) and gets
-coalesced, deduplicated, cached async calls and matching sync calls. What happens to
-a batch between the batcher and the backend is the
-:class:`~genlm_core.lm._rows.RowComputation` the model holds; docs/architecture.md
-("A request's path") names every step of a call in order.
+A backend implements ``compute_batch`` (and optionally ``compute_prefix_batch``);
+docs/architecture.md ("A request's path") names every step of a call in order.
 """
 
 from __future__ import annotations

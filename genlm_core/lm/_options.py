@@ -1,11 +1,7 @@
 """The keyword options a backend class accepts, read from its signatures, and the error for others.
 
-A backend's ``from_name(model_name, ..., **kwargs)`` passes what it does not use to its
-class, whose ``__init__`` passes the rest up the class hierarchy to
-:class:`~genlm_core.lm.AsyncLMBase`. :func:`accepted_options` follows that chain, so a
-misspelled option is refused before a model is loaded, naming the valid ones and the
-nearest match, instead of surfacing as a bare ``TypeError`` from a base class. Part of
-the contract (``BatchedAsyncLM`` refuses options with it); loading re-exports it.
+:func:`accepted_options` follows ``**kwargs`` up the ``__init__`` chain, so a misspelled
+option is refused before a model loads, naming the valid ones and the nearest match.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """How a model's batches are computed: adapters made current, rows checked, cached, copied.
 
-:class:`RowComputation` is the object a :class:`~genlm_core.lm.BatchedAsyncLM` holds
-between the batcher and the backend's ``compute_batch``/``compute_prefix_batch``: its
-:meth:`~RowComputation.run` is the batcher's function, and reads in the order things
-happen: the gate, the adapters' current versions, the backend, the row checks, the
-output cache, the callers' private copies.
-
-Rows live on the model's :attr:`row_device`: the CPU (the default), or the device of
-the model (a GPU) when the backend offers it. On a GPU every step is batched: one
-reduction and one host read-back check all the rows of a batch, and owned and private
-copies are made with one multi-tensor copy (no per-row host synchronisation).
+:class:`RowComputation` sits between the batcher and the backend's ``compute_batch``;
+on a GPU its checks and copies are batched (docs/architecture.md, "Rows").
 """
 
 from __future__ import annotations

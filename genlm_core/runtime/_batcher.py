@@ -1,23 +1,7 @@
 """AutoBatcher: coalesce concurrent async requests into batched calls of a sync function.
 
-Callers ``await batcher.submit(key)``; one worker task per batcher (while it has
-work: an idle batcher keeps no task, and its loop only weakly) gathers the pending
-keys into a batch, runs ``batch_fn(unique_keys)`` in a worker thread (so the
-event loop keeps running the callers' own CPU work meanwhile) and resolves every
-caller's future in one loop callback. When to dispatch:
-
-* ``max_batch_size`` unique keys are pending: at once (a full batch cannot grow, so
-  it is even queued behind the running one, keeping the thread busy);
-* ``max_wait`` seconds after the **first** request of the pending batch (a deadline,
-  never a debounce: a steady trickle of requests cannot postpone it);
-* with ``adaptive=True`` (the default), also as soon as one event-loop pass adds no
-  new key: every runnable caller has had its turn, so waiting longer only adds
-  latency. This is genlm-backend 0.3.1's leader policy, with ``max_wait`` as a cap.
-
-A batch that is not full waits while another one computes, and goes as soon as the
-thread is free. Requests for a key already pending *or in flight* attach to that
-computation. Per request the hot path is one future and one dict operation: no
-per-request tasks, no per-request thread hand-offs.
+A batch goes when full, at its first request's deadline, or (``adaptive``) when an
+event-loop pass adds no new key; docs/architecture.md ("When a batch goes") says why.
 """
 
 from __future__ import annotations

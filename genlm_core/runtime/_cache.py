@@ -1,16 +1,8 @@
 """OutputCache: a thread-safe LRU of model outputs, bounded by entries and by bytes.
 
-The language models key it by ``(tuple(token_ids), lora_name)`` and store one
-log-probability tensor per key. The batcher's worker thread writes while the event
-loop reads, so every operation takes a lock.
-
-Sizes count ``nbytes`` of tensors and arrays (anything with an integer ``nbytes``),
-summed through tuples, lists and dict values; other objects count 0. Each entry's
-key counts too (:func:`key_nbytes`): a long context over a small vocabulary weighs
-more in its token ids than in its row (20k tokens are 160 KB, a 4-token row 16 B), and
-a budget that ignored them would let memory grow with the contexts. A tensor that is
-a *view* (a row of a batch) reports its own bytes but keeps the whole batch's storage
-alive: store ``row.clone()`` when the byte budget matters.
+Sizes count tensors' ``nbytes`` (through tuples, lists, dict values) and each key's
+token ids (docs/architecture.md, "The output cache's sizes"). A cached view keeps its
+whole batch alive: store ``row.clone()`` when the byte budget matters.
 """
 
 from __future__ import annotations

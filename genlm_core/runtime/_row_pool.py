@@ -1,22 +1,7 @@
 """RowPool: recycled memory for the per-request rows a backend returns.
 
-Why. A backend returns each request's next-token log-probs as its own tensor (a
-row of vocabulary width), so a 64-request batch over a 50k vocabulary is 13 MB of
-new rows. Fresh memory from the allocator is fresh pages, and on a CPU their
-first-touch page faults cost more than the log-softmax that fills them (measured on
-this project's 2-core machine: 4.4 ms to copy a 64 x 50k batch into fresh memory,
-0.4 ms into memory touched before). The pool hands out rows whose memory comes back
-to it once nothing uses it any more, so later batches write into warm pages.
-
-How a row comes back. Each row is a ``torch.from_numpy`` tensor over a numpy view
-of a pooled slot. The tensor's storage (shared by every view of the row a caller
-makes, ``.numpy()`` arrays included) holds that numpy view; when the last user of
-the storage is gone the view dies, and a weak-reference callback returns the slot.
-A slot is therefore never reused while anything can still read it.
-
-How much it keeps. Free slots beyond ``max_free_bytes`` (a number, or a function
-asked at each return, so a backend can tie it to its output cache's budget) go back
-to the allocator.
+A slot returns to the pool once nothing can read its row (docs/architecture.md, "The
+row pool").
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""WorkerThread: the thread a model's batches run in, one at a time, in order.
-
-Split from the batcher so that a model can keep one thread (and what its initializer
-set up) for the batchers of every event loop it is used from.
-"""
+"""WorkerThread: the thread a model's batches run in, one at a time, in order."""
 
 from __future__ import annotations
 

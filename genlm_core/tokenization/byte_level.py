@@ -1,10 +1,7 @@
 """Byte-level BPE (GPT-2, Llama-3, Qwen, DeepSeek, cl100k, ...): token strings to bytes.
 
-Byte-level tokenizers store each byte as one printable character (GPT-2's alphabet:
-``"Ġ"`` is the space, ``"Ċ"`` the newline). Decoding a token is a 256-entry table
-lookup per character. We do it for the whole vocabulary at once: join every token
-string, look every code point up in a numpy table, and slice the result back apart,
-which costs a few tens of milliseconds even for 200k-token vocabularies.
+Each byte is one printable character (GPT-2's alphabet: ``"Ġ"`` is the space); the
+whole vocabulary is decoded at once through a numpy table.
 """
 
 from __future__ import annotations

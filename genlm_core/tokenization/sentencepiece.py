@@ -1,9 +1,7 @@
 """SentencePiece vocabularies (Llama-2, Mistral, Gemma): pieces to bytes.
 
-A SentencePiece piece is text in which a meta symbol (``"▁"``) stands for the space;
-bytes the model has no piece for are spelled by 256 byte-fallback pieces ``<0x00>`` ..
-``<0xFF>``. Without those pieces the vocabulary cannot spell arbitrary text (it maps
-unknown characters to ``<unk>``), so we refuse it rather than decode it lossily.
+``"▁"`` stands for the space; without the 256 byte-fallback pieces ``<0x00>`` ..
+``<0xFF>`` a vocabulary cannot spell arbitrary text, so it is refused, not decoded lossily.
 """
 
 from __future__ import annotations

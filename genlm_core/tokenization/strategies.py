@@ -1,20 +1,7 @@
 """Pick how to turn a tokenizer's vocabulary into bytes, from what the tokenizer declares.
 
-Order of evidence:
-
-1. a tiktoken-style byte vocabulary (``mergeable_ranks``): the bytes are given;
-2. a Hugging Face fast tokenizer's declared decoder (``backend_tokenizer.decoder``):
-   ``ByteLevel`` -> GPT-2 byte alphabet; ``ByteFallback`` / ``Metaspace`` / a ``▁``
-   ``Replace`` -> SentencePiece pieces (must have the 256 byte-fallback pieces); any
-   other decoder (``WordPiece``, ``BPEDecoder``, ``CTC``, ...) -> unsupported; no decoder
-   at all -> try the GPT-2 alphabet;
-3. a slow tokenizer's ``sp_model`` (SentencePiece) or ``byte_decoder`` (GPT-2 style);
-4. anything with ``get_vocab()``: try the GPT-2 alphabet.
-
-Every result is checked by :func:`~genlm_core.tokenization.validation.check_round_trip`.
-Added tokens (special or not) become their text encoded as UTF-8, as in genlm-backend
-(SentencePiece: with ``▁`` read as a space, as its decoder does). Ids no token uses
-(holes, as in cl100k/o200k) become ``b""``.
+The order of evidence is in docs/architecture.md ("Decoding a vocabulary"); every result
+is checked by :func:`~genlm_core.tokenization.validation.check_round_trip`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """tiktoken-style tokenizers: the vocabulary is already bytes (``mergeable_ranks``).
 
-Covers a ``tiktoken.Encoding`` itself and Hugging Face wrappers around one (Qwen's
-``QWenTokenizer``, Kimi's ``TikTokenTokenizer``, ...), found by duck typing so tiktoken
-never needs importing. Special tokens are text; like every added token they become their
-UTF-8 encoding.
+Covers a ``tiktoken.Encoding`` and Hugging Face wrappers around one, found by duck
+typing so tiktoken never needs importing.
 """
 
 from __future__ import annotations

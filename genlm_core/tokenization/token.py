@@ -1,9 +1,7 @@
 """``Token``: one vocabulary entry, a ``bytes`` that also knows its token id.
 
-Same public behaviour as genlm-backend's ``Token``, so clients migrate by renaming the
-import. ``Token`` subclasses ``bytes`` so ``b"".join(tokens)``, ``len``, slicing and
-``.decode()`` keep working; but two Tokens are equal (and hash, and sort) by token id,
-because several ids may spell the same bytes.
+As genlm-backend's ``Token``: equal, hashed and sorted by token id, since several ids
+may spell the same bytes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """``decode_vocab``: a tokenizer's vocabulary as ``Token`` bytes and display strings.
 
-``byte_vocab[i]`` is always the token with id ``i`` (``byte_vocab[i].token_id == i``),
-for every id of the model's logits: ids the tokenizer never uses (holes such as
-cl100k's 100256 and 100261..100275) and ids past the tokenizer when the model is wider
-(``vocab_size``) are empty tokens ``Token(i, b"")``, whose string is ``""``.
+``byte_vocab[i].token_id == i`` for every id of the logits; unused ids and ids past
+the tokenizer are empty tokens ``Token(i, b"")``.
 """
 
 from __future__ import annotations
