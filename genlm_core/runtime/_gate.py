@@ -37,9 +37,8 @@ class ComputeGate:
     def close(self, error: Callable[[], BaseException]) -> None:
         """Refuse every later computation with ``error()``; wait for those running.
 
-        A computation already running (in another thread) finishes first; one nested in
-        a running computation is part of it and still runs. Idempotent (the first
-        ``error`` stays).
+        One nested in a running computation is part of it and still runs. Idempotent
+        (the first ``error`` stays).
         """
         with self.exclusive(), self._cond:
             if self._closed_error is None:
@@ -77,9 +76,8 @@ class ComputeGate:
         me = threading.get_ident()
         with self._cond:
             if self._owner != me:
-                # From inside a computation: that computation waits here, so it does not
-                # count as running meanwhile. Else two computations of a thread-safe
-                # backend asking for exclusive access would each wait for the other.
+                # A computation asking for exclusive access waits here, so it does not count
+                # as running (else two of a thread-safe backend would wait for each other).
                 suspended = self._computing.pop(me, 0)
                 if suspended:
                     self._cond.notify_all()

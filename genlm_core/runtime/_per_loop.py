@@ -47,9 +47,8 @@ class LoopBatchers:
     def get(self) -> AutoBatcher:
         """The running event loop's batcher, created (with the worker thread) on first use.
 
-        Safe from several threads. The map holds each batcher by its loop weakly, and
-        an idle batcher holds its loop weakly too: a closed loop, and its batcher, are
-        freed once the program drops them.
+        Safe from several threads. Loops are held weakly, so a closed loop and its
+        batcher are freed once the program drops them.
         """
         loop = asyncio.get_running_loop()
         batcher = self._batchers.get(loop)
