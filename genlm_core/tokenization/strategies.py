@@ -164,6 +164,15 @@ def _layout(
     return model_texts, texts, holes
 
 
+def _checked(
+    tokenizer: Any, raw: RawByteVocab, skip: frozenset[int], decode_batch: Any, encode: Any
+) -> RawByteVocab:
+    """``raw`` once its bytes pass :func:`check_round_trip` (``skip``: ids not checked)."""
+    name = tokenizer_name(tokenizer)
+    check_round_trip(raw.byte_strings, skip, decode_batch, encode, tokenizer_name=name, how=raw.how)
+    return raw
+
+
 def _unsupported(tokenizer: Any, what: str) -> UnsupportedTokenizerError:
     return UnsupportedTokenizerError(
         # genlm-backend's words first: clients match them (genlm-control's tests do).
@@ -233,16 +242,9 @@ def _from_fast(tokenizer: Any, backend: Any) -> RawByteVocab:
     def encode(text: str) -> list[int]:
         return backend.encode(text, add_special_tokens=False).ids
 
+    raw = RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
     # With no decoder, tokenizers joins tokens with spaces: only the encoding can be checked.
-    check_round_trip(
-        byte_strings,
-        skip,
-        decode_batch if decoder is not None else None,
-        encode,
-        tokenizer_name=tokenizer_name(tokenizer),
-        how=how,
-    )
-    return RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
+    return _checked(tokenizer, raw, skip, decode_batch if decoder is not None else None, encode)
 
 
 # --- slow tokenizers and tiktoken -------------------------------------------------------
@@ -274,15 +276,8 @@ def _from_sp_model(tokenizer: Any) -> RawByteVocab:
     def decode_batch(batch: list[list[int]]) -> list[str]:
         return [sp.decode(ids) for ids in batch]
 
-    check_round_trip(
-        byte_strings,
-        skip,
-        decode_batch,
-        sp.encode,
-        tokenizer_name=tokenizer_name(tokenizer),
-        how=how,
-    )
-    return RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
+    raw = RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
+    return _checked(tokenizer, raw, skip, decode_batch, sp.encode)
 
 
 def _from_vocab_and_table(tokenizer: Any, table: Any, how: str) -> RawByteVocab:
@@ -311,10 +306,8 @@ def _from_vocab_and_table(tokenizer: Any, table: Any, how: str) -> RawByteVocab:
     def encode(text: str) -> list[int]:
         return list(tokenizer.encode(text, add_special_tokens=False))
 
-    check_round_trip(
-        byte_strings, skip, decode_batch, encode, tokenizer_name=tokenizer_name(tokenizer), how=how
-    )
-    return RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
+    raw = RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
+    return _checked(tokenizer, raw, skip, decode_batch, encode)
 
 
 def _from_tiktoken(tokenizer: Any) -> RawByteVocab | None:
@@ -326,22 +319,15 @@ def _from_tiktoken(tokenizer: Any) -> RawByteVocab | None:
     holes = [i for i in range(len(byte_strings)) if i not in used]
     owner = tables.owner
     how = f"tiktoken-style mergeable_ranks of {type(owner).__name__}"
+    raw = RawByteVocab(byte_strings, texts, frozenset(specials), holes, how)
+    if not callable(getattr(owner, "decode_bytes", None)):
+        return raw
+
+    def decode_batch(batch: list[list[int]]) -> list[bytes]:
+        return [owner.decode_bytes(ids) for ids in batch]
+
     skip = frozenset(specials).union(holes)
-    if callable(getattr(owner, "decode_bytes", None)):
-
-        def decode_batch(batch: list[list[int]]) -> list[bytes]:
-            return [owner.decode_bytes(ids) for ids in batch]
-
-        encode = getattr(owner, "encode_ordinary", None)
-        check_round_trip(
-            byte_strings,
-            skip,
-            decode_batch,
-            encode,
-            tokenizer_name=tokenizer_name(tokenizer),
-            how=how,
-        )
-    return RawByteVocab(byte_strings, texts, frozenset(specials), holes, how)
+    return _checked(tokenizer, raw, skip, decode_batch, getattr(owner, "encode_ordinary", None))
 
 
 def read_byte_vocab(tokenizer: Any) -> RawByteVocab:
