@@ -113,11 +113,9 @@ def decode_vocab(
 ) -> tuple[list[Token], list[str]]:
     """Decode a tokenizer's vocabulary into exact byte strings and display strings.
 
-    The strategy follows the tokenizer's declared decoder (byte-level BPE, SentencePiece
-    with byte fallback, tiktoken-style ranks, slow ``sp_model``/``byte_decoder``) and is
-    checked by a round trip through the tokenizer's own decoder. Added and special
-    tokens become their text encoded as UTF-8, as in genlm-backend. Nothing is
-    downloaded.
+    The strategy follows the tokenizer's declared decoder and is checked by a round
+    trip through it; added and special tokens become their text encoded as UTF-8, as
+    in genlm-backend. Nothing is downloaded.
 
     Args:
         tokenizer: A Hugging Face tokenizer (fast or slow), a ``tokenizers.Tokenizer``,
@@ -169,13 +167,7 @@ def decode_vocab(
 
 
 def get_byte_vocab(tokenizer: Any) -> list[bytes]:
-    """The byte string of every token id (plain bytes; ``b""`` at holes).
-
-    Args:
-        tokenizer: As for :func:`decode_vocab`.
-
-    Returns:
-        ``result[i]`` is the bytes of token ``i``, for ids up to the largest one.
+    """The byte string of every token id up to the largest (plain bytes; ``b""`` at holes).
 
     Raises:
         UnsupportedTokenizerError: As for :func:`decode_vocab`.
