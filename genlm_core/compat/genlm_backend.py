@@ -43,18 +43,11 @@ def llm_name(name: str, module: str = "genlm_core.llm") -> Any:
 def placeholder(
     name: str, backend: str, cause: ImportError, module: str = "genlm_core.llm"
 ) -> type:
-    """A stand-in for model class ``name`` of backend ``backend``, which failed to import.
+    """A stand-in for model class ``name`` (``"AsyncMlxLM"``) of ``backend`` (``"mlx"``).
 
-    Args:
-        name: The model class's name (``"AsyncMlxLM"``).
-        backend: Its official backend (``"mlx"``).
-        cause: Why the plugin's module did not import.
-        module: The placeholder's ``__module__``: the path it was imported from.
-
-    Returns:
-        A class whose construction and ``from_name`` raise
-        :class:`~genlm_core.errors.PluginLoadError` naming ``cause`` and the install
-        command.
+    Its construction and ``from_name`` raise :class:`~genlm_core.errors.PluginLoadError`
+    naming ``cause`` (why the plugin did not import) and the install command.
+    ``module`` is its ``__module__``, the path it was imported from.
     """
     from genlm_core.plugins.official import install_hint
 

@@ -14,10 +14,8 @@ __all__ = ["clear_lora", "reset_async_queries", "set_lora"]
 def reset_async_queries(lm: object) -> None:
     """Kept for genlm-backend's clients; there is nothing to reset.
 
-    genlm-backend's hf backend kept a queue of queries that an exception in the
-    caller's inference could leave behind, and this emptied it. genlm-core's batcher
-    leaves none: a failed batch fails each of its callers, a cancelled caller's
-    request is dropped before it runs, and the next batch starts clean.
+    genlm-backend's hf backend emptied a queue of queries a failure could leave
+    behind; genlm-core's batcher leaves none (a failed batch fails its callers).
     """
 
 

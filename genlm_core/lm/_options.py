@@ -34,9 +34,8 @@ def _owner(target: Callable[..., Any] | type) -> type | None:
 def option_levels(target: Callable[..., Any] | type) -> list[tuple[Any, type | None, Any]]:
     """``(function, its class or None, its parameters)`` for each level options pass through.
 
-    ``target`` unless it is a class, then each ``__init__`` up the MRO (``object``
-    excluded); the parameters are those after the first (the model name or self), None
-    for an unreadable signature. Callers stop at the first level not :func:`forwards`.
+    ``target`` unless a class, then each ``__init__`` up the MRO; parameters after the
+    first (None if unreadable). Callers stop at the first level not :func:`forwards`.
     """
     owner = _owner(target)
     levels = [] if target is owner else [(target, None)]
@@ -64,14 +63,9 @@ def defaulted(params: list[inspect.Parameter] | None) -> list[inspect.Parameter]
 def accepted_options(target: Callable[..., Any] | type) -> list[str] | None:
     """Keyword options ``target`` accepts, or None when they cannot be known.
 
-    Args:
-        target: A backend class, or a loader: a ``from_name`` classmethod (whose
-            ``**kwargs`` go to its class) or a plain function.
-
-    Returns:
-        The sorted option names; None when a ``**kwargs`` leads somewhere unknown (a
-        plain function's, or one that reaches ``object``: consumed on the way), so
-        that nothing can be checked.
+    ``target`` is a backend class, a ``from_name`` classmethod (whose ``**kwargs`` go to
+    its class) or a plain function. None when a ``**kwargs`` leads somewhere unknown (a
+    plain function's, or one reaching ``object``), so that nothing can be checked.
     """
     levels = option_levels(target)
     names: set[str] = set()
