@@ -111,7 +111,7 @@ class BatchedAsyncLM(AsyncLMBase):
         self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
         #: The process's heap trimmer, used after batches when :attr:`trims_heap` is on.
         self.heap_trimmer = process_trimmer()
-        self._computation = RowComputation(self, self._gate, self._adapters, len(self.byte_vocab))
+        self._computation = RowComputation(self)
         # A batcher per event loop (one per asyncio.run) over one worker thread: what
         # init_worker_thread and the libraries set up in it is kept between runs.
         self._loop_batchers = LoopBatchers(

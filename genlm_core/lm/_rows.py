@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from genlm_core.errors import BackendContractError, BatchSizeMismatchError
-from genlm_core.lm._adapters import LoraAdapters, short_ids
+from genlm_core.lm._adapters import short_ids
 from genlm_core.lm._requests import PrefixRequest, Request
-from genlm_core.runtime import ComputeGate, RequestFailure
+from genlm_core.runtime import RequestFailure
 
 if TYPE_CHECKING:
     from genlm_core.lm._batched import BatchedAsyncLM
@@ -28,21 +28,16 @@ Key = Request | PrefixRequest
 class RowComputation:
     """The batch function of a :class:`~genlm_core.lm.BatchedAsyncLM`, and its counts.
 
-    Args:
-        model: The model: its backend methods, row device, output cache, row pool.
-        gate: The model's gate (one computation at a time unless thread-safe).
-        adapters: The model's adapters (requests are brought to their current version).
-        width: The rows' length (``len(byte_vocab)``).
+    It uses the model's backend methods, gate, adapters, row device, output cache and
+    row pool.
     """
 
-    def __init__(
-        self, model: BatchedAsyncLM, gate: ComputeGate, adapters: LoraAdapters, width: int
-    ) -> None:
+    def __init__(self, model: BatchedAsyncLM) -> None:
         self._model = model
         self._name = type(model).__name__
-        self._gate = gate
-        self._adapters = adapters
-        self.width = width
+        self._gate = model._gate
+        self._adapters = model._adapters
+        self.width = len(model.byte_vocab)  # the rows' length
         self._counts = [0, 0]  # compute_batch calls, requests they computed
         self._counts_lock = threading.Lock()  # the worker and sync callers count
 
