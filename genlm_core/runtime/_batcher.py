@@ -121,13 +121,9 @@ class AutoBatcher(Generic[K, R]):
         return dataclasses.replace(self._stats)
 
     async def submit(self, key: K) -> R:
-        """Queue ``key`` and wait for its result.
+        """Queue ``key`` (hashable) and wait for its element of ``batch_fn``'s result.
 
-        Args:
-            key: A hashable request. Equal keys pending or in flight are computed once.
-
-        Returns:
-            The element of ``batch_fn``'s result that belongs to ``key``.
+        Equal keys pending or in flight are computed once.
 
         Raises:
             BatcherClosedError: The batcher was closed before the result was ready.

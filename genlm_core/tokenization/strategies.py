@@ -333,13 +333,8 @@ def _from_tiktoken(tokenizer: Any) -> RawByteVocab | None:
 def read_byte_vocab(tokenizer: Any) -> RawByteVocab:
     """Decode every token id of ``tokenizer`` to its bytes, choosing the strategy it declares.
 
-    Args:
-        tokenizer: A Hugging Face tokenizer (fast or slow), a ``tokenizers.Tokenizer``,
-            or a tiktoken-style tokenizer.
-
-    Returns:
-        The byte strings (one per id up to the largest id), with the facts
-        :func:`~genlm_core.tokenization.decode_vocab` needs.
+    ``tokenizer``: a Hugging Face tokenizer (fast or slow), a ``tokenizers.Tokenizer`` or
+    a tiktoken-style tokenizer.
 
     Raises:
         UnsupportedTokenizerError: The vocabulary cannot be decoded to exact bytes; the
