@@ -7,7 +7,7 @@ is checked by :func:`~genlm_core.tokenization.validation.check_round_trip`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from genlm_core.tokenization.sentencepiece import (
     sentencepiece_bytes,
 )
 from genlm_core.tokenization.tiktoken_style import find_tiktoken_tables, tiktoken_bytes
-from genlm_core.tokenization.validation import check_round_trip
+from genlm_core.tokenization.validation import BatchDecoder, check_round_trip
 
 __all__ = ["RawByteVocab", "describe_decoder", "read_byte_vocab", "tokenizer_name"]
 
@@ -165,7 +165,11 @@ def _layout(
 
 
 def _checked(
-    tokenizer: Any, raw: RawByteVocab, skip: frozenset[int], decode_batch: Any, encode: Any
+    tokenizer: Any,
+    raw: RawByteVocab,
+    skip: frozenset[int],
+    decode_batch: BatchDecoder | None,
+    encode: Callable[[str], Sequence[int]] | None,
 ) -> RawByteVocab:
     """``raw`` once its bytes pass :func:`check_round_trip` (``skip``: ids not checked)."""
     name = tokenizer_name(tokenizer)
