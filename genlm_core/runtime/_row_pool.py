@@ -53,6 +53,10 @@ class RowPool:
 
     Example: ``RowPool(50257, max_free_bytes=64 << 20).copy_rows(batch)`` gives a list
     of ``(50257,)`` float32 tensors.
+
+    Raises:
+        ValueError: ``width`` is not an integer >= 1, or ``max_free_bytes`` is neither
+            a non-negative integer nor callable.
     """
 
     def __init__(
