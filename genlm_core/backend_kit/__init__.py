@@ -1,18 +1,8 @@
-"""For backend authors: what genlm-hf and genlm-mlx share, and argument checks.
+"""For backend authors: what the official backends share, and argument checks.
 
-* :class:`PrefixCachedLM`: the base of backends that run a model in-process with a
-  prefix key/value cache; a subclass implements its forward, its key/value store and
-  its adapter activation.
-* :class:`EngineLM`: the base of backends that hand batches to an engine with its own
-  scheduler (genlm-vllm, genlm-sgl).
-* :class:`PrefixTree`: per-adapter radix trees of token segments with LRU eviction of
-  leaves, the core of a prefix key/value cache.
-* :func:`plan_groups` and :func:`shared_prefixes`: which rows of a batch share a padded
-  forward, and which shared prefixes to compute once first.
-* :func:`require_version`, :func:`require_pieces`: refuse an engine version that was
-  not tested, or one whose internals a backend uses have moved.
-* :func:`is_int_at_least`, :func:`is_integer`: the core's checks of counts and ids, so
-  that a backend refuses bad options the way the core does.
+:class:`PrefixCachedLM` (in-process models with a prefix key/value cache),
+:class:`EngineLM` (engines with their own scheduler), :class:`PrefixTree`, forward
+planning, engine version checks, and the core's checks of counts and ids.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """EngineLM: the base of backends that hand each batch to an engine with its own scheduler.
 
-genlm-vllm and genlm-sgl drive an engine (vLLM's, SGLang's scheduler) that batches,
-schedules and caches prefixes itself. What they share beside it lives here: whether
-the wrapper owns the engine (several wrappers may share one), the engine's lock around
-adapter loading and shutdown, the LoRA hooks' checks, and the release.
-
-A subclass implements :meth:`start_engine` and :meth:`stop_engine` (``from_name``
-is the base's: every engine backend takes the same loading options),
-:meth:`_engine_lock`, :meth:`_lora_enabled`, :meth:`_load_into_engine`,
-:meth:`_unload_from_engine` and :meth:`_shutdown_engine`, and sets
-:attr:`backend_name`, :attr:`engine_name` and :attr:`lora_hint`.
+genlm-vllm and genlm-sgl share here: whether the wrapper owns the engine, the engine's
+lock around adapter loading and shutdown, the LoRA hooks' checks, and the release.
 """
 
 from __future__ import annotations

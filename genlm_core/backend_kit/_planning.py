@@ -1,15 +1,4 @@
-"""Planning forwards over prompts with cached prefixes: how to group, what to share.
-
-Backends that keep a prefix key/value cache (genlm-hf, genlm-mlx) run each prompt
-from its longest cached prefix. Two decisions about a batch of such rows do not
-depend on the framework, and live here so every backend makes them the same way:
-
-* :func:`plan_groups`: which rows go into one padded forward (little padding, and the
-  assembled keys/values within a byte cap);
-* :func:`shared_prefixes`: which uncached stretches several rows share, worth
-  computing once before the rows themselves (many questions after one new system
-  prompt).
-"""
+"""Planning forwards over prompts with cached prefixes: how to group, what to share."""
 
 from __future__ import annotations
 

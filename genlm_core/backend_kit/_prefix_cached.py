@@ -1,23 +1,8 @@
 """PrefixCachedLM: the base of backends that keep the keys and values of computed prefixes.
 
-genlm-hf and genlm-mlx run their models in-process and keep every forward's keys and
-values in a prefix cache, so that a request runs the model only on the tokens after
-its longest cached prefix. What that takes beyond the model itself is the same for
-both, and lives here:
-
-* requests grouped per adapter version (its handle also keys its prefix tree), the
-  adapter activated once per group;
-* prompts sharing a long uncached stretch get it computed once first
-  (:func:`~genlm_core.backend_kit.shared_prefixes`), then rows are grouped into
-  forwards under a key/value byte cap (:func:`~genlm_core.backend_kit.plan_groups`);
-* adapter loading and unloading (the prefix tree of an unloaded version is dropped),
-  the caches' statistics, clearing and release.
-
-A subclass implements its model's side: :meth:`_row` (the longest cached prefix of a
-prompt in its key/value store), :meth:`_forward_rows` (one forward over a group's new
-tokens, storing their keys and values), :meth:`_plain_logprobs` (the uncached
-reference), and the adapter hooks :meth:`_load_weights`, :meth:`_delete_weights` and
-:meth:`_activate`.
+genlm-hf and genlm-mlx share here: requests grouped per adapter version, shared
+uncached stretches computed once, forwards planned under a byte cap, adapters, release.
+A subclass implements its model's side (the abstract methods).
 """
 
 from __future__ import annotations
@@ -62,12 +47,10 @@ class PrefixCachedLM(BatchedAsyncLM):
         **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`.
 
     Attributes:
-        kv_cache: The key/value store, set by the subclass: ``match``-like lookups
-            are the subclass's (:meth:`_row`); the base uses ``count(past_len)``,
-            ``drop_adapter(key)``, ``clear()`` and ``stats``.
+        kv_cache: The key/value store, set by the subclass; the base uses
+            ``count(past_len)``, ``drop_adapter(key)``, ``clear()`` and ``stats``.
         kv_reuse_off_reason: Why prefix reuse is off, or ``""`` when it is on.
-        bytes_per_token: Key/value bytes of one token (0 when reuse is off), for
-            :func:`~genlm_core.backend_kit.plan_groups`.
+        bytes_per_token: Key/value bytes of one token (0 when reuse is off).
     """
 
     #: Context every computation runs in (genlm-hf: ``torch.no_grad``).
@@ -111,17 +94,13 @@ class PrefixCachedLM(BatchedAsyncLM):
     def _row(self, adapter: Any, token_ids: tuple[int, ...], *, first: int | None = None) -> Any:
         """A row of a forward: ``token_ids`` from the longest cached prefix before ``first``.
 
-        ``first`` (default: the last position) is the first position the forward must
-        compute. The row has ``token_ids`` and ``past_len`` (what
-        :func:`~genlm_core.backend_kit.plan_groups` reads).
+        ``first`` (default: the last position) is the first position to compute. The row
+        has ``token_ids`` and ``past_len`` (what :func:`plan_groups` reads).
         """
 
     @abstractmethod
     def _forward_rows(self, adapter: Any, group: list[Any]) -> list[torch.Tensor]:
-        """One forward over ``group``'s new tokens: store their keys/values, return log-probs.
-
-        One float32 CPU row per row of ``group`` (the next-token log-probs after it).
-        """
+        """One forward over ``group``'s new tokens: keys/values stored, a float32 CPU row each."""
 
     @abstractmethod
     def _plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
@@ -151,8 +130,7 @@ class PrefixCachedLM(BatchedAsyncLM):
         """``compute(adapter, its requests)`` per adapter version, in request order.
 
         ``adapter`` is the version's engine name (None: the base model), which also keys
-        its prefix tree. The core runs one computation at a time, and none once
-        cleanup() has begun (so ``self.model`` is set here).
+        its prefix tree.
         """
         with self.forward_context():
             by_adapter: dict[str | None, list[Any]] = {}
@@ -173,10 +151,9 @@ class PrefixCachedLM(BatchedAsyncLM):
     ) -> dict[tuple[int, ...], torch.Tensor]:
         """Compute ``prompts`` under the active adapter; return log-probs by prompt.
 
-        Prompts that share an uncached stretch of at least :data:`MIN_SHARED` tokens
-        (many questions after one new system prompt) first have that shared prefix
-        computed once, recursively; then every prompt runs from its longest cached
-        prefix, in forwards under :attr:`max_batch_kv_bytes`.
+        A shared uncached stretch of :data:`MIN_SHARED` tokens or more is computed once
+        first; then each prompt runs from its longest cached prefix, in forwards under
+        :attr:`max_batch_kv_bytes`.
         """
         done: dict[tuple[int, ...], torch.Tensor] = {}
         rows = [self._row(adapter, ids) for ids in prompts]
@@ -202,7 +179,7 @@ class PrefixCachedLM(BatchedAsyncLM):
     ) -> torch.Tensor:
         """Log-probs from one plain forward over the whole prompt: no cache, no batching.
 
-        The reference the cached path is tested against (and genlm-backend's method).
+        genlm-backend's method, and the reference the cached path is tested against.
         """
         req = self.make_request(token_ids, lora_name)
         with self.exclusive_access(), self.forward_context():

@@ -1,24 +1,8 @@
 """PrefixTree: per-adapter radix trees of token segments, least recently used leaves first.
 
-The framework-neutral half of the backends' prefix key/value caches (genlm-hf keeps
-slot runs of a torch pool per node, genlm-mlx an MLX array): the tree, the lookups,
-the splits, the LRU order and eviction. What a node holds (its *payload*) and what
-storing or freeing it costs stay with the backend.
-
-Why a radix tree of *segments*. Probabilistic programs extend the same prefixes over
-and over: every particle of a sampler shares the prompt, then adds one token per
-step. Each node stands for a stretch of tokens (its edge label: what one forward
-added, or with ``merge`` a leaf's whole growth) and holds the keys and values of
-exactly those positions. A prefix is stored once, however many continuations it has.
-
-Why LRU over leaves. A node's keys and values are only meaningful after its
-ancestors', so only leaves can go. Every use touches the path from the deepest node
-up to the root, so a parent is always more recent than its children and the least
-recently used node is always a leaf: eviction pops from the front of one ordered
-dict. Results never change after eviction: an evicted prefix is simply recomputed.
-
-One tree per LoRA adapter (``None`` = the base model), one LRU order across them.
-Not thread-safe: the backends call it under their model lock.
+The framework-neutral half of the backends' prefix key/value caches; what a node holds
+(its payload) stays with the backend. Not thread-safe: backends call it under their
+model lock. Why segments and leaf-first LRU: docs/architecture.md ("Prefix trees").
 """
 
 from __future__ import annotations
@@ -62,9 +46,8 @@ class PrefixCacheStats:
 S = TypeVar("S", bound=PrefixCacheStats)
 
 
-#: The children of every leaf: read-only and shared, so that the many leaves of a
-#: large cache carry no dict each (one object fewer per cached prefix for Python's
-#: cyclic garbage collector to scan); :func:`_add_child` gives a node its own dict.
+#: The children of every leaf, shared: a leaf carries no dict (one object fewer for the
+#: garbage collector to scan); :func:`_add_child` gives a node its own.
 _NO_CHILDREN: Mapping[int, Any] = types.MappingProxyType({})
 
 
@@ -102,14 +85,11 @@ class PrefixTree(Generic[P]):
 
     Args:
         split: ``split(payload, m)`` -> the payloads of a node's first ``m`` tokens and
-            of the rest (a node is split when a new prompt leaves it in the middle).
-        release: Called with the payload of every node dropped (evicted, cleared with
-            its adapter); not called by :meth:`clear`.
-        merge: ``merge(payload, extension)`` -> one payload for both segments. Given,
-            a new segment below a *leaf* extends that leaf instead of hanging a node
-            under it, so a prefix that grows a token per step (a sampler's particle)
-            stays one node: lookups and LRU updates then cost the same at step 200 as
-            at step 2. Leave it out when joining payloads copies them (MLX arrays).
+            of the rest (when a new prompt leaves the node in the middle).
+        release: Called with the payload of every node dropped (not by :meth:`clear`).
+        merge: ``merge(payload, extension)`` -> one payload for both. Given, a segment
+            below a *leaf* extends it, so a prefix growing a token per step stays one
+            node. Leave it out when joining payloads copies them (MLX arrays).
 
     Attributes:
         tokens: Token positions held, summed over all nodes.
@@ -162,10 +142,8 @@ class PrefixTree(Generic[P]):
     ) -> tuple[list[tuple[P, int, int]], int]:
         """Find the longest stored prefix of ``token_ids[:limit]`` and mark it used.
 
-        Returns:
-            ``(segments, length)``: per node on the path, ``(payload, positions used,
-            positions it holds)`` (fewer used than held only for the last one), and
-            the number of positions matched.
+        Returns ``(segments, length)``: per node on the path ``(payload, positions used,
+        positions held)``, and the number of positions matched.
         """
         node = self._roots.get(adapter)
         path: list[PrefixNode[P]] = []
@@ -203,8 +181,7 @@ class PrefixTree(Generic[P]):
     ) -> tuple[PrefixNode[P], list[PrefixNode[P]], int]:
         """Walk ``token_ids`` as far as the tree holds them, splitting where they diverge.
 
-        Marks the path used. Returns ``(deepest node, path, positions held)``; a new
-        segment for positions ``held..`` goes below the deepest node (:meth:`attach`).
+        Marks the path used; returns ``(deepest node, path, positions held)`` for :meth:`attach`.
         """
         end = len(token_ids)
         node = self._roots.get(adapter)
@@ -254,11 +231,7 @@ class PrefixTree(Generic[P]):
         self._touch(path)
 
     def evict_one(self, protect: Sequence[PrefixNode[P]]) -> bool:
-        """Drop the least recently used leaf (and nothing on ``protect``).
-
-        Returns:
-            False when only ``protect``'s nodes are left (nothing was dropped).
-        """
+        """Drop the least recently used leaf unless it is on ``protect``; whether one was."""
         victim = next(iter(self._lru), None)
         if victim is None or victim in protect:
             return False

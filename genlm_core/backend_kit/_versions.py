@@ -37,13 +37,8 @@ def require_version(
 ) -> None:
     """Raise ``error`` unless :func:`version_supported` (naming both versions and the fix).
 
-    Args:
-        engine: The engine's name in the message ("SGLang").
-        installed: Its installed version.
-        supported: The PEP 440 range the backend was tested with.
-        allow_env: The variable that lets a user try another version.
-        install: What to ``pip install`` for a supported one.
-        error: The backend's error class for an unsupported engine.
+    ``engine`` names the engine in the message ("SGLang"); ``install`` is what to ``pip
+    install`` for a supported version; ``error`` the backend's error class.
     """
     if not version_supported(installed, supported, allow_env):
         raise error(

@@ -1,8 +1,7 @@
 """genlm-backend's ``genlm.backend.llm`` names.
 
-The model classes live in the backend plugins (``genlm_core/plugins/official.toml``
-names each one's class); where a plugin does not import, the name is a
-:func:`placeholder` that raises the install command (docs/migrating.md).
+A model class is imported from its plugin on first use; where that fails it is a
+placeholder whose construction raises the install command (docs/migrating.md).
 """
 
 from __future__ import annotations
@@ -42,18 +41,11 @@ def llm_name(name: str, module: str = "genlm_core.llm") -> Any:
 def placeholder(
     name: str, backend: str, cause: ImportError, module: str = "genlm_core.llm"
 ) -> type:
-    """A stand-in for model class ``name`` of backend ``backend``, which failed to import.
+    """A stand-in for model class ``name`` (``"AsyncMlxLM"``) of ``backend`` (``"mlx"``).
 
-    Args:
-        name: The model class's name (``"AsyncMlxLM"``).
-        backend: Its official backend (``"mlx"``).
-        cause: Why the plugin's module did not import.
-        module: The placeholder's ``__module__``: the path it was imported from.
-
-    Returns:
-        A class whose construction and ``from_name`` raise
-        :class:`~genlm_core.errors.PluginLoadError` naming ``cause`` and the install
-        command.
+    Its construction and ``from_name`` raise :class:`~genlm_core.errors.PluginLoadError`
+    naming ``cause`` (why the plugin did not import) and the install command.
+    ``module`` is its ``__module__``, the path it was imported from.
     """
     from genlm_core.plugins.official import install_hint
 

@@ -1,8 +1,7 @@
 """genlm-backend 0.3.1 methods that clients still call, kept on every official backend.
 
-Plain functions that ``PrefixCachedLM``, ``EngineLM`` and ``MockAsyncLM`` hold as
-methods (``reset_async_queries = _compat.reset_async_queries``); docs/migrating.md
-lists them, and the few not kept.
+Plain functions the official bases and ``MockAsyncLM`` hold as methods, so code written
+against genlm-backend keeps working (llamppl calls ``reset_async_queries``).
 """
 
 from __future__ import annotations

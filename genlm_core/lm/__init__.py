@@ -1,20 +1,8 @@
-"""The AsyncLM contract: what every backend offers and what clients may call.
+"""The AsyncLM contract: what clients may call, and the bases backends subclass.
 
-Two layers, following "Protocol for consumers, ABC for implementers":
-
-* :class:`AsyncLM` is a runtime-checkable Protocol: the surface downstream code
-  (genlm-control, genlm-bytes style clients) relies on.
-* :class:`AsyncLMBase` is the ABC a backend subclasses. It decodes the vocabulary,
-  validates token ids and LoRA names, holds the LoRA adapters (a backend implements
-  ``load_adapter``/``unload_adapter``) and supplies ``batch_*``, ``prefix_*``,
-  ``sample``, ``batch_sample``, context managers and idempotent ``cleanup``.
-* :class:`BatchedAsyncLM` adds the shared batcher and output cache: a backend
-  implements one method, :meth:`BatchedAsyncLM.compute_batch`, and gets coalesced,
-  deduplicated, cached async calls and matching sync calls, one computation at a
-  time, checked rows, and each caller its own copy.
-
-Log-probabilities are float32 torch tensors on the CPU, normalised over the full
-logits width (``len(byte_vocab)``), as in genlm-backend.
+:class:`AsyncLM` is the Protocol clients rely on; :class:`AsyncLMBase` the ABC a backend
+subclasses (vocabulary, validation, adapters, sampling, lifecycle); :class:`BatchedAsyncLM`
+adds the shared batcher and output cache, so a backend implements only ``compute_batch``.
 """
 
 from __future__ import annotations

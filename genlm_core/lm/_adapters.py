@@ -1,18 +1,7 @@
 """LoRA adapter bookkeeping shared by every backend: names, versions, engine handles.
 
-Why. ``add_new_lora(path, name)`` under a name already loaded replaces that adapter,
-and ``remove_lora(name)`` unloads it, possibly while requests for it wait in the
-batcher or compute. Every request therefore carries the **generation** of the adapter
-version it was made for (``Request.generation``; 0 is the base model): requests and
-cached rows are keyed by it, so a call that starts after a replacement never meets a
-row of the old version, even one still being computed. Generations come from one
-process-wide counter and are never reused, so an adapter removed and added again under
-the same name is a new version too.
-
-A backend implements two hooks, :meth:`~genlm_core.lm.AsyncLMBase.load_adapter` and
-:meth:`~genlm_core.lm.AsyncLMBase.unload_adapter`; :class:`LoraAdapters`, which every
-model holds, keeps the table and calls them with the model held exclusively (no batch
-computing).
+Every request carries the generation of the adapter version it was made for, so a
+replaced adapter's rows are never served (docs/architecture.md, "Adapter versions").
 """
 
 from __future__ import annotations
@@ -24,24 +13,22 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from genlm_core.errors import InvalidArgumentError, LoraNotSupportedError, UnknownLoraError
 from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.runtime import ComputeGate, RequestFailure
 
-__all__ = ["AdapterHooks", "LoraAdapter", "LoraAdapters", "new_generation", "short_ids"]
+if TYPE_CHECKING:
+    from genlm_core.lm._base import AsyncLMBase
+
+__all__ = ["LoraAdapter", "LoraAdapters", "short_ids"]
 
 log = logging.getLogger(__name__)
 
+# Generation numbers: process-wide, never reused (0 is the base model).
 _GENERATIONS = itertools.count(1)
 _GENERATIONS_LOCK = threading.Lock()
-
-
-def new_generation() -> int:
-    """A generation number no adapter of this process had before (base model: 0)."""
-    with _GENERATIONS_LOCK:
-        return next(_GENERATIONS)
 
 
 @dataclass(frozen=True)
@@ -64,16 +51,6 @@ class LoraAdapter:
         return f"{self.name}@{self.generation}"
 
 
-class AdapterHooks(Protocol):
-    """The backend's side of adapters (:class:`~genlm_core.lm.AsyncLMBase` has both)."""
-
-    def load_adapter(self, adapter: LoraAdapter) -> Any:
-        """Load one adapter version; return the handle computations use."""
-
-    def unload_adapter(self, adapter: LoraAdapter, handle: Any) -> None:
-        """Unload a version :meth:`load_adapter` loaded."""
-
-
 class LoraAdapters:
     """A model's adapters: name -> (current version, the backend's handle).
 
@@ -81,7 +58,7 @@ class LoraAdapters:
     model's exclusive access (``gate``), where the backend's hooks are called.
 
     Args:
-        hooks: The backend (its ``load_adapter`` and ``unload_adapter``).
+        hooks: The model (its ``load_adapter`` and ``unload_adapter``).
         gate: The model's :class:`~genlm_core.runtime.ComputeGate`.
         supported: Whether the backend implements ``load_adapter``.
         forget_outputs: Drops the cached rows of an adapter replaced or removed.
@@ -89,7 +66,7 @@ class LoraAdapters:
 
     def __init__(
         self,
-        hooks: AdapterHooks,
+        hooks: AsyncLMBase,
         gate: ComputeGate,
         *,
         supported: bool,
@@ -130,7 +107,9 @@ class LoraAdapters:
                 f"{type(self._hooks).__name__} does not support LoRA adapters; load a merged model "
                 f"instead, or use a backend that serves adapters (hf, vllm, sgl, mlx)"
             )
-        adapter = LoraAdapter(lora_name, os.fspath(lora_path), new_generation())
+        with _GENERATIONS_LOCK:
+            generation = next(_GENERATIONS)
+        adapter = LoraAdapter(lora_name, os.fspath(lora_path), generation)
         with self._gate.exclusive():
             handle = self._hooks.load_adapter(adapter)
             old = self._loaded.get(lora_name)

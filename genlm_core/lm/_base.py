@@ -1,11 +1,7 @@
 """AsyncLMBase: the base class of every backend.
 
-It decodes the vocabulary, validates token ids and adapters, supplies the batch and
-prefix calls and the lifecycle. It holds its parts: the gate
-(:class:`~genlm_core.runtime.ComputeGate`), the adapters
-(:class:`~genlm_core.lm._adapters.LoraAdapters`, which call the backend's
-``load_adapter``/``unload_adapter``); ``sample`` calls :mod:`~genlm_core.lm._sampling`'s
-checks and draws.
+It decodes the vocabulary, validates token ids and adapters, and supplies the batch,
+prefix and sampling calls and the lifecycle, holding a ComputeGate and LoraAdapters.
 """
 
 from __future__ import annotations
@@ -50,14 +46,12 @@ class AsyncLMBase(ABC):
         byte_vocab: Precomputed ``(byte_vocab, str_vocab)`` to skip decoding.
 
     Attributes:
-        max_positions: The model's context length, or None (the default) if unknown;
-            :meth:`validate_token_ids` rejects longer prompts. Backends set it.
-        thread_safe: Class attribute. False (the default): the core never runs two of
-            this backend's computations at once, whichever threads call. A backend
-            whose computation is safe to run concurrently sets it True.
-        row_device: Where the log-prob rows it returns live: the CPU (the default),
-            or the model's GPU for a backend that offers rows on the device
-            (genlm-hf's ``row_device="model"``).
+        max_positions: The model's context length, or None if unknown (set by backends);
+            :meth:`validate_token_ids` rejects longer prompts.
+        thread_safe: Class attribute: True lets the core run two computations at once
+            (default False: never, whichever threads call).
+        row_device: Where the returned log-prob rows live: the CPU (default), or the
+            model's GPU for a backend that offers it (genlm-hf's ``row_device="model"``).
     """
 
     max_positions: int | None = None
@@ -140,10 +134,8 @@ class AsyncLMBase(ABC):
     ) -> torch.Tensor:
         """Next-token log-probabilities after every prefix of ``token_ids``.
 
-        Row ``j`` equals ``next_token_logprobs(token_ids[: start + j + 1])``: what
-        scoring a known text, or a byte-level beam prefilling it, needs at every token
-        boundary. This default batches the per-prefix calls; a backend that can
-        compute every position in one forward (genlm-hf) overrides it.
+        Row ``j`` equals ``next_token_logprobs(token_ids[: start + j + 1])``. This
+        default batches the per-prefix calls; genlm-hf computes them in one forward.
 
         Args:
             token_ids: The sequence (non-empty).
@@ -217,14 +209,8 @@ class AsyncLMBase(ABC):
     ) -> list[Request]:
         """:meth:`make_request` for each prompt of a batch call.
 
-        Args:
-            token_ids_list: The prompts.
-            lora_name: The adapter of every prompt.
-            argument: The caller's name for ``token_ids_list``, used in errors.
-
-        Raises:
-            InvalidTokenIdsError: Naming which prompt of the batch is bad
-                (``token_ids_list[i]``) and why.
+        ``argument`` is the caller's name for ``token_ids_list`` in errors, which name the
+        bad prompt (``token_ids_list[i]``) and why (:class:`InvalidTokenIdsError`).
         """
         self._check_open()
         if isinstance(token_ids_list, (str, bytes)) or not isinstance(token_ids_list, Iterable):
@@ -243,11 +229,9 @@ class AsyncLMBase(ABC):
 
     @contextlib.contextmanager
     def exclusive_access(self) -> Iterator[None]:
-        """Hold the model with no computation running (for changes to it).
+        """Hold the model with no computation running, for changes to it (reentrant).
 
-        Waits for the computations in flight and holds new ones back until the block
-        ends. Backends use it around changes made outside a computation (clearing a
-        key/value cache, freeing the model); reentrant for the thread that holds it.
+        Waits for the computations in flight and holds new ones back until the block ends.
         """
         with self._gate.exclusive():
             yield
@@ -304,28 +288,18 @@ class AsyncLMBase(ABC):
     def adapter_handle(self, request: Request | PrefixRequest) -> Any:
         """The backend's handle of the adapter version ``request`` was made for (None: base).
 
-        The core only hands a backend requests whose version is loaded, so during a
-        computation this always succeeds.
-
-        Raises:
-            UnknownLoraError: That version was replaced or removed.
+        Always succeeds during a computation; elsewhere raises UnknownLoraError if that
+        version was replaced or removed.
         """
         return self._adapters.handle(request)
 
     def load_adapter(self, adapter: LoraAdapter) -> Any:
         """Backend hook: load one adapter version; return the handle computations use.
 
-        Called by :meth:`add_new_lora` with the model held exclusively. Load it under a
-        name unique to this version (``adapter.engine_name``) if the engine keys
-        adapters by name: the version it replaces is unloaded only after this returns.
-        Raise to refuse (bad path, wrong base model): nothing changes then.
-
-        Args:
-            adapter: The name, path and generation of the version to load.
-
-        Returns:
-            Whatever the backend needs to compute with it (an engine id, a request
-            object); :meth:`adapter_handle` gives it back during computations.
+        Called with the model held exclusively; :meth:`adapter_handle` gives the handle
+        back during computations. Load under ``adapter.engine_name`` if the engine keys
+        adapters by name (the old version is unloaded after this returns); raise to
+        refuse, and nothing changes. See docs/plugins.md, "LoRA adapters: two hooks".
         """
         raise LoraNotSupportedError(f"{type(self).__name__} does not support LoRA adapters")
 
@@ -424,10 +398,9 @@ class AsyncLMBase(ABC):
     def cleanup(self) -> None:
         """Release the model's resources. Idempotent; later calls raise ModelClosedError.
 
-        Calls still queued fail with :class:`ModelClosedError`; a computation already
-        running finishes first (this waits for it), and none starts once this returns,
-        for any backend: the core refuses it where it would start. From a coroutine,
-        ``await`` :meth:`cleanup_async` instead (this blocks the event loop meanwhile).
+        Queued calls fail with :class:`ModelClosedError`; a computation running finishes
+        first (this waits for it), and none starts once this returns. From a coroutine,
+        ``await`` :meth:`cleanup_async` instead.
         """
         with self._cleanup_lock:
             if self._closed:
@@ -437,11 +410,7 @@ class AsyncLMBase(ABC):
             self._release()
 
     async def cleanup_async(self) -> None:
-        """:meth:`cleanup` for coroutines: the same, waited for off the event loop.
-
-        Waiting for the computation in flight and freeing the model run in a thread,
-        so the program's other coroutines keep running meanwhile.
-        """
+        """:meth:`cleanup` for coroutines: the same, waited for off the event loop."""
         await asyncio.to_thread(self.cleanup)
 
     async def aclose(self) -> None:
@@ -452,11 +421,9 @@ class AsyncLMBase(ABC):
         await self.cleanup_async()
 
     def _release(self) -> None:
-        """Free backend resources (engine, caches). Called once by :meth:`cleanup`.
+        """Free backend resources (engine, caches), once; overrides call ``super()._release()``.
 
-        Overrides call ``super()._release()``; this unloads the adapters (the model may
-        be shared with other wrappers) and drops cached outputs. An adapter that fails
-        to unload (its server already gone, say) is logged, not raised: cleanup goes on.
+        This unloads the adapters (one that fails is logged) and drops cached outputs.
         """
         self._adapters.unload_all()
         self.clear_cache()

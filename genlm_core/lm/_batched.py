@@ -1,11 +1,7 @@
 """BatchedAsyncLM: an AsyncLMBase whose calls go through the shared batcher and caches.
 
-A backend implements :meth:`BatchedAsyncLM.compute_batch` (and, if its model can run a
-whole sequence at once, :meth:`BatchedAsyncLM.compute_prefix_batch`) and gets
-coalesced, deduplicated, cached async calls and matching sync calls. What happens to
-a batch between the batcher and the backend is the
-:class:`~genlm_core.lm._rows.RowComputation` the model holds; docs/architecture.md
-("A request's path") names every step of a call in order.
+A backend implements ``compute_batch`` (and optionally ``compute_prefix_batch``);
+docs/architecture.md ("A request's path") names every step of a call in order.
 """
 
 from __future__ import annotations
@@ -58,12 +54,11 @@ class BatchedAsyncLM(AsyncLMBase):
             alone.
         timeout: genlm-backend's name for ``max_wait`` (accepted for migration; give
             one of the two).
-        trim_heap: Return freed heap memory to the OS after batches (see
-            :class:`~genlm_core.runtime.HeapTrimmer`). None: ``GENLM_TRIM_HEAP``, else the class's
+        trim_heap: Return freed heap memory to the OS after batches
+            (:class:`~genlm_core.runtime.HeapTrimmer`). None: ``GENLM_TRIM_HEAP``, else
             :attr:`trims_heap_by_default`.
-        row_device: Where the rows :meth:`compute_batch` returns live, and so every
-            row callers get (:attr:`row_device`): the CPU (default), or a GPU for a
-            backend that keeps its log-probs on its model's device.
+        row_device: Where :meth:`compute_batch`'s rows, and so callers' rows, live: the
+            CPU (default), or the GPU of a backend that keeps log-probs there.
         **kwargs: Passed to :class:`AsyncLMBase` (``vocab_size``, ``byte_vocab``).
 
     Raises:
@@ -112,15 +107,11 @@ class BatchedAsyncLM(AsyncLMBase):
         super().__init__(tokenizer, **kwargs)
         self.row_device = torch.device(row_device)
         self.batch_size = batch_size
-        #: Recycled memory for the rows :meth:`compute_batch` returns: a backend that
-        #: builds its rows with ``self.row_pool.copy_rows(batch)`` writes into warm
-        #: pages instead of fresh ones (see :class:`~genlm_core.runtime.RowPool`).
+        #: Recycled memory for :meth:`compute_batch`'s rows (``self.row_pool.copy_rows(batch)``).
         self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
-        #: The process's heap trimmer (see :class:`~genlm_core.runtime.HeapTrimmer`),
-        #: used after batches when :attr:`trims_heap` is on.
+        #: The process's heap trimmer, used after batches when :attr:`trims_heap` is on.
         self.heap_trimmer = process_trimmer()
-        # What a batch goes through between the batcher and compute_batch.
-        self._computation = RowComputation(self, self._gate, self._adapters, len(self.byte_vocab))
+        self._computation = RowComputation(self)
         # A batcher per event loop (one per asyncio.run) over one worker thread: what
         # init_worker_thread and the libraries set up in it is kept between runs.
         self._loop_batchers = LoopBatchers(
@@ -146,12 +137,10 @@ class BatchedAsyncLM(AsyncLMBase):
         """
 
     def init_worker_thread(self) -> None:
-        """Called once in the model's worker thread before its first batch.
+        """Called once in the model's worker thread before its first batch. Default: nothing.
 
-        Override to set thread-local state for :meth:`compute_batch` (genlm-hf sets
-        the thread's torch threads here). It runs only in that thread, which the model
-        keeps for every event loop it is used from, never in a caller's thread.
-        Default: nothing.
+        Override to set thread-local state for :meth:`compute_batch` (genlm-hf sets the
+        thread's torch threads); the model keeps that thread for every event loop.
         """
 
     def compute_prefix_batch(
@@ -159,12 +148,9 @@ class BatchedAsyncLM(AsyncLMBase):
     ) -> Sequence[Sequence[torch.Tensor]]:
         """Optional: log-probs after every prefix of each request, one forward each.
 
-        Override it when the model can compute all positions of a sequence at once
-        (a causal LM's forward does); :meth:`prefix_next_token_logprobs` then sends
-        each sequence here whole instead of one :meth:`compute_batch` request per
-        prefix. Runs in the worker thread, like :meth:`compute_batch`; every row
-        returned is also stored in the output cache under its prefix's
-        :class:`Request`, so later next-token calls along the sequence are hits.
+        Override it when the model can compute all positions of a sequence at once;
+        :meth:`prefix_next_token_logprobs` then sends each sequence here whole. Runs in
+        the worker thread; each row is cached under its prefix's :class:`Request`.
 
         Args:
             requests: Distinct ``PrefixRequest(token_ids, lora_name)``.
@@ -222,11 +208,9 @@ class BatchedAsyncLM(AsyncLMBase):
     ) -> torch.Tensor:
         """Next-token log-probabilities after every prefix, batched and cached.
 
-        Row ``j`` equals ``next_token_logprobs(token_ids[: start + j + 1])``. Rows
-        already in the output cache are not recomputed. With
-        :meth:`compute_prefix_batch` overridden the sequence is computed in one
-        forward; otherwise each missing prefix is one request of
-        :meth:`compute_batch`, in as few batches as fit.
+        Row ``j`` equals ``next_token_logprobs(token_ids[: start + j + 1])``. Cached rows
+        are not recomputed; the rest come from :meth:`compute_prefix_batch` in one
+        forward if overridden, else from :meth:`compute_batch`, one request a prefix.
 
         Returns:
             A float32 tensor on :attr:`row_device` of shape
@@ -288,12 +272,7 @@ class BatchedAsyncLM(AsyncLMBase):
         return req, prefixes, rows, [i for i, row in enumerate(rows) if row is None]
 
     def clear_cache(self) -> None:
-        """Drop every cached output.
-
-        The memory of dropped rows stays in :attr:`row_pool` for the next batches
-        (within the output cache's byte budget, see :meth:`_free_row_bytes`);
-        :meth:`cleanup` frees it.
-        """
+        """Drop every cached output (their memory stays in :attr:`row_pool` for reuse)."""
         if self.cache is not None:
             self.cache.clear()
 
@@ -329,10 +308,8 @@ class BatchedAsyncLM(AsyncLMBase):
     def _free_row_bytes(self) -> int:
         """How many bytes of free rows :attr:`row_pool` may keep.
 
-        What the output cache's budget leaves unused (cached plus free rows stay
-        within ``cache_bytes``), and at least one full batch, so that a program in a
-        steady state, whose cache evicts a batch of rows per batch it adds, reuses
-        them.
+        What the output cache's budget leaves unused, and at least one full batch (a
+        steady state's cache evicts a batch of rows per batch it adds).
         """
         row_bytes = self.row_pool.row_bytes
         one_batch = self.batch_size * row_bytes
@@ -348,18 +325,14 @@ class BatchedAsyncLM(AsyncLMBase):
         return max(one_batch, budget - cache.nbytes)
 
     def _forget_adapter_outputs(self, lora_name: str) -> None:
-        """Drop the cached outputs of adapter ``lora_name`` (it was replaced or removed).
-
-        Only to free their memory: keyed by the old version, they could never be served.
-        """
+        """Drop the cached outputs of a replaced or removed adapter (only to free memory)."""
         if self.cache is not None:
             self.cache.remove_if(lambda key: key.lora_name == lora_name)
 
     async def aclose(self) -> None:
         """Compute every call already made on this event loop, then :meth:`cleanup_async`.
 
-        What ``async with lm:`` does on exit: calls made inside the block get their
-        answers (queued ones are computed, not failed). Idempotent.
+        What ``async with lm:`` does on exit: queued calls are computed. Idempotent.
         """
         if self._closed:
             return

@@ -1,11 +1,7 @@
 """The keyword options a backend class accepts, read from its signatures, and the error for others.
 
-A backend's ``from_name(model_name, ..., **kwargs)`` passes what it does not use to its
-class, whose ``__init__`` passes the rest up the class hierarchy to
-:class:`~genlm_core.lm.AsyncLMBase`. :func:`accepted_options` follows that chain, so a
-misspelled option is refused before a model is loaded, naming the valid ones and the
-nearest match, instead of surfacing as a bare ``TypeError`` from a base class. Part of
-the contract (``BatchedAsyncLM`` refuses options with it); loading re-exports it.
+:func:`accepted_options` follows ``**kwargs`` up the ``__init__`` chain, so a misspelled
+option is refused before a model loads, naming the valid ones and the nearest match.
 """
 
 from __future__ import annotations
@@ -38,9 +34,8 @@ def _owner(target: Callable[..., Any] | type) -> type | None:
 def option_levels(target: Callable[..., Any] | type) -> list[tuple[Any, type | None, Any]]:
     """``(function, its class or None, its parameters)`` for each level options pass through.
 
-    ``target`` unless it is a class, then each ``__init__`` up the MRO (``object``
-    excluded); the parameters are those after the first (the model name or self), None
-    for an unreadable signature. Callers stop at the first level not :func:`forwards`.
+    ``target`` unless a class, then each ``__init__`` up the MRO; parameters after the
+    first (None if unreadable). Callers stop at the first level not :func:`forwards`.
     """
     owner = _owner(target)
     levels = [] if target is owner else [(target, None)]
@@ -68,14 +63,9 @@ def defaulted(params: list[inspect.Parameter] | None) -> list[inspect.Parameter]
 def accepted_options(target: Callable[..., Any] | type) -> list[str] | None:
     """Keyword options ``target`` accepts, or None when they cannot be known.
 
-    Args:
-        target: A backend class, or a loader: a ``from_name`` classmethod (whose
-            ``**kwargs`` go to its class) or a plain function.
-
-    Returns:
-        The sorted option names; None when a ``**kwargs`` leads somewhere unknown (a
-        plain function's, or one that reaches ``object``: consumed on the way), so
-        that nothing can be checked.
+    ``target`` is a backend class, a ``from_name`` classmethod (whose ``**kwargs`` go to
+    its class) or a plain function. None when a ``**kwargs`` leads somewhere unknown (a
+    plain function's, or one reaching ``object``), so that nothing can be checked.
     """
     levels = option_levels(target)
     names: set[str] = set()

@@ -1,15 +1,7 @@
 """How a model's batches are computed: adapters made current, rows checked, cached, copied.
 
-:class:`RowComputation` is the object a :class:`~genlm_core.lm.BatchedAsyncLM` holds
-between the batcher and the backend's ``compute_batch``/``compute_prefix_batch``: its
-:meth:`~RowComputation.run` is the batcher's function, and reads in the order things
-happen: the gate, the adapters' current versions, the backend, the row checks, the
-output cache, the callers' private copies.
-
-Rows live on the model's :attr:`row_device`: the CPU (the default), or the device of
-the model (a GPU) when the backend offers it. On a GPU every step is batched: one
-reduction and one host read-back check all the rows of a batch, and owned and private
-copies are made with one multi-tensor copy (no per-row host synchronisation).
+:class:`RowComputation` sits between the batcher and the backend's ``compute_batch``;
+on a GPU its checks and copies are batched (docs/architecture.md, "Rows").
 """
 
 from __future__ import annotations
@@ -21,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from genlm_core.errors import BackendContractError, BatchSizeMismatchError
-from genlm_core.lm._adapters import LoraAdapters, short_ids
+from genlm_core.lm._adapters import short_ids
 from genlm_core.lm._requests import PrefixRequest, Request
-from genlm_core.runtime import ComputeGate, RequestFailure
+from genlm_core.runtime import RequestFailure
 
 if TYPE_CHECKING:
     from genlm_core.lm._batched import BatchedAsyncLM
@@ -36,21 +28,16 @@ Key = Request | PrefixRequest
 class RowComputation:
     """The batch function of a :class:`~genlm_core.lm.BatchedAsyncLM`, and its counts.
 
-    Args:
-        model: The model: its backend methods, row device, output cache, row pool.
-        gate: The model's gate (one computation at a time unless thread-safe).
-        adapters: The model's adapters (requests are brought to their current version).
-        width: The rows' length (``len(byte_vocab)``).
+    It uses the model's backend methods, gate, adapters, row device, output cache and
+    row pool.
     """
 
-    def __init__(
-        self, model: BatchedAsyncLM, gate: ComputeGate, adapters: LoraAdapters, width: int
-    ) -> None:
+    def __init__(self, model: BatchedAsyncLM) -> None:
         self._model = model
         self._name = type(model).__name__
-        self._gate = gate
-        self._adapters = adapters
-        self.width = width
+        self._gate = model._gate
+        self._adapters = model._adapters
+        self.width = len(model.byte_vocab)  # the rows' length
         self._counts = [0, 0]  # compute_batch calls, requests they computed
         self._counts_lock = threading.Lock()  # the worker and sync callers count
 
@@ -65,14 +52,10 @@ class RowComputation:
     def run(self, keys: list[Key], *, for_callers: bool = False) -> list[Any]:
         """The batcher's function: next-token and prefix requests, checked and cached.
 
-        Runs one computation at a time (the model's :class:`ComputeGate`). A request
-        whose adapter was replaced since it was made is computed with the current
-        version; one whose adapter was removed, or whose row the backend got wrong,
-        gets a :class:`RequestFailure` of its own.
-
-        With ``for_callers`` (the batcher's calls), each key's result is a tensor nobody
-        else holds (cached rows are copied here, in the worker thread, not on the
-        event loop): the batcher hands it to the key's first caller as it is.
+        Under the model's gate. A request whose adapter was replaced is computed with
+        the current version; one whose adapter was removed, or whose row the backend got
+        wrong, gets a :class:`RequestFailure` of its own. With ``for_callers`` (the
+        batcher), each result is a tensor nobody else holds, copied here off the loop.
         """
         model = self._model
         with self._gate.computing():
@@ -101,14 +84,18 @@ class RowComputation:
                 out[i] = row
         return out
 
-    def _next_token_rows(self, requests: list[Request]) -> list[Any]:
-        """The backend's rows for ``requests``, checked, and stored in the output cache."""
-        outs = list(self._model.compute_batch(requests))
+    def _outputs(self, method: str, requests: list[Any]) -> list[Any]:
+        """The backend's ``method(requests)``: one output per request, else an error."""
+        outs = list(getattr(self._model, method)(requests))
         if len(outs) != len(requests):
             raise BatchSizeMismatchError(
-                f"{self._name}.compute_batch returned {len(outs)} results "
-                f"for {len(requests)} requests"
+                f"{self._name}.{method} returned {len(outs)} results for {len(requests)} requests"
             )
+        return outs
+
+    def _next_token_rows(self, requests: list[Request]) -> list[Any]:
+        """The backend's rows for ``requests``, checked, and stored in the output cache."""
+        outs = self._outputs("compute_batch", requests)
         with self._counts_lock:
             self._counts[0] += 1
             self._counts[1] += len(requests)
@@ -121,12 +108,7 @@ class RowComputation:
         return rows
 
     def _prefix_rows(self, requests: list[PrefixRequest]) -> dict[PrefixRequest, Any]:
-        outs = list(self._model.compute_prefix_batch(requests))
-        if len(outs) != len(requests):
-            raise BatchSizeMismatchError(
-                f"{self._name}.compute_prefix_batch returned {len(outs)} results "
-                f"for {len(requests)} requests"
-            )
+        outs = self._outputs("compute_prefix_batch", requests)
         results: dict[PrefixRequest, Any] = {}
         # Every row of every sequence is checked at once (one host read-back on a GPU).
         spans: list[tuple[PrefixRequest, list[Request], int]] = []
@@ -164,10 +146,8 @@ class RowComputation:
     def checked_rows(self, reqs: list[Request], outs: list[Any], method: str) -> list[Any]:
         """Each of ``outs`` if it is a valid row for its request (owned), else a failure.
 
-        A valid row is a float32 tensor of shape ``(len(byte_vocab),)`` on
-        :attr:`row_device` whose largest entry is finite and <= 1e-3 (log-probs, not
-        logits; no NaN). One reduction per row, cheap against the forward that made
-        it; on a GPU all rows are reduced together and read back once.
+        Valid: float32, shape ``(len(byte_vocab),)``, on :attr:`row_device`, largest
+        entry finite and <= 1e-3 (log-probs, not logits; no NaN).
         """
         width = self.width
         device = self._model.row_device
@@ -220,8 +200,7 @@ class RowComputation:
     def _owned_rows(self, rows: list[torch.Tensor]) -> list[torch.Tensor]:
         """``rows``, each copied if it is a view (it would pin its whole batch in the cache).
 
-        Rows of the pool are whole: asking for their storage would keep one more Python
-        object per cached row alive, for the garbage collector to scan.
+        Pooled rows are whole and not asked for their storage (one object fewer per row).
         """
         views = [
             i
@@ -237,12 +216,9 @@ class RowComputation:
 
 
 def _row_maxima(rows: list[torch.Tensor]) -> list[float]:
-    """The largest entry of each row (NaN where a row has one), read back at once.
+    """The largest entry of each row (NaN where a row has one).
 
-    CPU rows are reduced one by one (no launch to amortise). Device rows are stacked
-    and reduced in chunks of at most :data:`CHECK_CHUNK_BYTES` (a copy at device
-    bandwidth, ~0.1 ms for 256 Llama-3 rows on an H100), then read back in one
-    transfer: one host synchronisation per batch, not one per row.
+    CPU rows one by one; device rows with :func:`batched_row_maxima`, one host read-back.
     """
     if rows[0].device.type == "cpu":
         return [row.max().item() for row in rows]
@@ -254,7 +230,7 @@ CHECK_CHUNK_BYTES = 64 << 20
 
 
 def batched_row_maxima(rows: list[torch.Tensor]) -> list[float]:
-    """:func:`_row_maxima`'s device path (any device; ``amax`` propagates NaN)."""
+    """:func:`_row_maxima`'s device path: stacked in chunks of :data:`CHECK_CHUNK_BYTES`."""
     per = max(1, CHECK_CHUNK_BYTES // max(1, rows[0].nbytes))
     maxima = [torch.stack(rows[lo : lo + per]).amax(dim=1) for lo in range(0, len(rows), per)]
     return torch.cat(maxima).tolist()
@@ -263,9 +239,7 @@ def batched_row_maxima(rows: list[torch.Tensor]) -> list[float]:
 def private(row: torch.Tensor) -> torch.Tensor:
     """A copy of a shared row (cached, or computed for several callers) for one caller.
 
-    Callers mask rows in place; a copy is ~10-20 us for a 50k vocabulary, against
-    milliseconds for the forward that computed the row. Made in the worker thread for
-    a computed row's first caller, on the event loop for cache hits and the others.
+    Callers mask rows in place; a copy is ~10-20 us for a 50k vocabulary.
     """
     return torch.empty_like(row).copy_(row)
 

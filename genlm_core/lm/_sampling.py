@@ -1,9 +1,4 @@
-"""Sampling token by token from a model's exact next-token log-probabilities.
-
-:meth:`AsyncLMBase.sample <genlm_core.lm.AsyncLMBase.sample>` checks its arguments with
-:func:`sampling_args` (public, for backends with a sampler of their own too) and draws
-each token with :func:`draw`.
-"""
+"""Sampling token by token from a model's exact next-token log-probabilities."""
 
 from __future__ import annotations
 

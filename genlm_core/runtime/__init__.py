@@ -1,13 +1,4 @@
-"""The request path between a model's callers and its backend.
-
-* :class:`AutoBatcher` coalesces concurrent ``await submit(key)`` calls into batched
-  calls of a sync function, run off the event loop in a :class:`WorkerThread`;
-  :class:`LoopBatchers` keeps one per event loop over one worker thread.
-* :class:`ComputeGate` runs a model's computations one at a time (or together, for a
-  thread-safe backend) and gives exclusive access for changes to the model.
-* :class:`OutputCache` keeps computed rows (LRU, bounded by entries and bytes);
-  :class:`RowPool` recycles their memory.
-* :class:`HeapTrimmer` hands freed memory back to the operating system.
+"""The request path between a model's callers and its backend: batcher, gate, caches.
 
 :class:`~genlm_core.lm.BatchedAsyncLM` puts these together; use them directly to batch
 anything else (the async tries do).

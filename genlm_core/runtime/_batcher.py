@@ -1,23 +1,7 @@
 """AutoBatcher: coalesce concurrent async requests into batched calls of a sync function.
 
-Callers ``await batcher.submit(key)``; one worker task per batcher (while it has
-work: an idle batcher keeps no task, and its loop only weakly) gathers the pending
-keys into a batch, runs ``batch_fn(unique_keys)`` in a worker thread (so the
-event loop keeps running the callers' own CPU work meanwhile) and resolves every
-caller's future in one loop callback. When to dispatch:
-
-* ``max_batch_size`` unique keys are pending: at once (a full batch cannot grow, so
-  it is even queued behind the running one, keeping the thread busy);
-* ``max_wait`` seconds after the **first** request of the pending batch (a deadline,
-  never a debounce: a steady trickle of requests cannot postpone it);
-* with ``adaptive=True`` (the default), also as soon as one event-loop pass adds no
-  new key: every runnable caller has had its turn, so waiting longer only adds
-  latency. This is genlm-backend 0.3.1's leader policy, with ``max_wait`` as a cap.
-
-A batch that is not full waits while another one computes, and goes as soon as the
-thread is free. Requests for a key already pending *or in flight* attach to that
-computation. Per request the hot path is one future and one dict operation: no
-per-request tasks, no per-request thread hand-offs.
+A batch goes when full, at its first request's deadline, or (``adaptive``) when an
+event-loop pass adds no new key; docs/architecture.md ("When a batch goes") says why.
 """
 
 from __future__ import annotations
@@ -56,26 +40,19 @@ class AutoBatcher(Generic[K, R]):
     """Request-coalescing scheduler: many ``await submit(key)`` -> few ``batch_fn(keys)``.
 
     Args:
-        batch_fn: Called with a list of unique keys; returns one result per key, in
-            order (a :class:`RequestFailure` fails that key's callers alone). Runs in a
-            worker thread, one batch at a time.
+        batch_fn: Called in a worker thread with a list of unique keys; returns one
+            result per key, in order (a :class:`RequestFailure` fails that key alone).
         max_batch_size: Most unique keys per call of ``batch_fn``.
-        max_wait: Seconds the first request of a batch may wait for company. With
-            ``adaptive=False`` the batch waits that long unless it fills up; with
-            ``adaptive=True`` it is only a cap (0 = no cap besides ``max_batch_size``).
-        adaptive: Also dispatch as soon as an event-loop pass adds no new key (a
-            duplicate of a pending key does not count: it adds no work).
+        max_wait: Seconds the first request of a batch may wait for company; with
+            ``adaptive=True`` only a cap (0 = no cap besides ``max_batch_size``).
+        adaptive: Also dispatch as soon as an event-loop pass adds no new key.
         name: Shown in errors and used as the worker thread's name.
-        worker_thread: A :class:`WorkerThread` to run the batches in, shared with other
-            batchers (a model's batchers for successive event loops) and never shut down
-            by this one. Default: a dedicated thread, started on first use and stopped
-            on close.
+        worker_thread: A :class:`WorkerThread` shared with other batchers, never shut
+            down by this one. Default: a dedicated thread, stopped on close.
         copy_result: When several callers wait for one key, the first gets the result
-            and each other one ``copy_result(result)`` (for results callers may change
-            in place). None: they all get the same object.
-        closed_error: Makes the error that queued and later callers get once the
-            batcher is closed (a model's :class:`~genlm_core.errors.ModelClosedError`).
-            Default: a :class:`BatcherClosedError`.
+            and each other one ``copy_result(result)``. None: they share the object.
+        closed_error: Makes the error queued and later callers get once the batcher is
+            closed. Default: a :class:`BatcherClosedError`.
 
     Raises:
         ValueError: ``max_batch_size`` is not an integer >= 1, or ``max_wait`` is not
@@ -117,15 +94,14 @@ class AutoBatcher(Generic[K, R]):
         self._lock = threading.Lock()  # guards _closed and _lane across threads
         self._closed = False
         self._draining = False  # closed, but the queued requests are still computed
-        # Loop binding: strong while a worker lives, weak otherwise (so a dead loop can go).
+        # The loop: held strongly while a worker lives, else weakly (a dead loop can go).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_ref: weakref.ref[asyncio.AbstractEventLoop] | None = None
         # Every key pending or in flight -> its callers' futures. Pending keys, in order:
         self._slots: dict[K, _Waiters] = {}
         self._queue: list[K] = []
         self._first_at = 0.0  # loop.time() of the first request of the pending batch
-        # The worker. A new generation starts whenever the worker state is reset, so a
-        # batch of an older generation finishing late touches no counter.
+        # A batch of an older worker generation (the state was reset) touches no counter.
         self._generation = 0
         self._worker: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
@@ -145,13 +121,9 @@ class AutoBatcher(Generic[K, R]):
         return dataclasses.replace(self._stats)
 
     async def submit(self, key: K) -> R:
-        """Queue ``key`` and wait for its result.
+        """Queue ``key`` (hashable) and wait for its element of ``batch_fn``'s result.
 
-        Args:
-            key: A hashable request. Equal keys pending or in flight are computed once.
-
-        Returns:
-            The element of ``batch_fn``'s result that belongs to ``key``.
+        Equal keys pending or in flight are computed once.
 
         Raises:
             BatcherClosedError: The batcher was closed before the result was ready.
@@ -172,7 +144,7 @@ class AutoBatcher(Generic[K, R]):
         """Queue several keys at once (no task per key); their results, in order.
 
         Duplicates are computed once. Raises the first failure among the keys (see
-        :meth:`submit`); this caller then abandons the other keys' computations.
+        :meth:`submit`), abandoning the others.
         """
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
@@ -194,10 +166,8 @@ class AutoBatcher(Generic[K, R]):
     async def aclose(self, *, drain: bool = False) -> None:
         """Close and wait: in-flight batches deliver; queued requests fail, or run if ``drain``.
 
-        Without ``drain`` queued requests fail with BatcherClosedError; with it they
-        are computed first. Either way the worker and the batcher's own thread stop
-        once every batch it ran has resolved its callers, so a model may be freed
-        safely right after this returns. Must be awaited on the bound loop to drain.
+        Returns once every batch it ran has resolved its callers and its own thread
+        stopped, so a model may be freed right after. Drains only on the bound loop.
         Idempotent.
         """
         if drain and not self._closed and self._bound_loop() is _running_loop():
@@ -208,10 +178,9 @@ class AutoBatcher(Generic[K, R]):
             await asyncio.wait([worker])  # not cancelled if *we* are cancelled
 
     def close(self) -> None:
-        """Close from any thread, without waiting.
+        """Close from any thread, without waiting (queued requests fail, in-flight deliver).
 
-        Queued requests fail with BatcherClosedError (on the loop's thread, at its next
-        pass); in-flight batches still deliver; later submits raise. Idempotent.
+        Later submits raise. Idempotent.
         """
         with self._lock:
             if self._closed:
@@ -460,10 +429,7 @@ class AutoBatcher(Generic[K, R]):
     # -- closing ---------------------------------------------------------------------
 
     def _close_on_loop(self) -> None:
-        """Fail the queued (not yet dispatched) requests and wake the worker to exit.
-
-        When draining, the queue stays: the worker dispatches it before it exits.
-        """
+        """Fail the queued requests (unless draining) and wake the worker to exit."""
         if self._draining:
             _wake(self._wakeup)
             return

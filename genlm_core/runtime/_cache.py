@@ -1,16 +1,8 @@
 """OutputCache: a thread-safe LRU of model outputs, bounded by entries and by bytes.
 
-The language models key it by ``(tuple(token_ids), lora_name)`` and store one
-log-probability tensor per key. The batcher's worker thread writes while the event
-loop reads, so every operation takes a lock.
-
-Sizes count ``nbytes`` of tensors and arrays (anything with an integer ``nbytes``),
-summed through tuples, lists and dict values; other objects count 0. Each entry's
-key counts too (:func:`key_nbytes`): a long context over a small vocabulary weighs
-more in its token ids than in its row (20k tokens are 160 KB, a 4-token row 16 B), and
-a budget that ignored them would let memory grow with the contexts. A tensor that is
-a *view* (a row of a batch) reports its own bytes but keeps the whole batch's storage
-alive: store ``row.clone()`` when the byte budget matters.
+Sizes count tensors' ``nbytes`` (through tuples, lists, dict values) and each key's
+token ids (docs/architecture.md, "The output cache's sizes"). A cached view keeps its
+whole batch alive: store ``row.clone()`` when the byte budget matters.
 """
 
 from __future__ import annotations
@@ -48,10 +40,8 @@ _RECORD_FIELDS = 8
 def key_nbytes(key: Any) -> int:
     """Bytes a cache key holds: itself and, for a record, its tuple and string fields.
 
-    A :class:`~genlm_core.lm.Request` counts its token-id tuple (8 bytes a token plus
-    the tuple's header). The int objects are not counted: small ones are shared by
-    Python, and a prompt's ids are shared with the keys of its prefixes. Constant
-    time in the context's length.
+    A :class:`~genlm_core.lm.Request` counts its token-id tuple, not the int objects
+    (shared by Python and by the keys of a prompt's prefixes): constant time.
     """
     size = sys.getsizeof(key)
     if isinstance(key, tuple) and len(key) <= _RECORD_FIELDS:
@@ -81,12 +71,6 @@ class OutputCache:
     Raises:
         ValueError: A limit is not None or an integer >= 0, or both ``max_entries``
             and ``maxsize`` are given.
-
-    Example::
-
-        cache = OutputCache(max_entries=4096, max_bytes=2**30)
-        cache[(tuple(ids), None)] = logprobs
-        hit = cache.get((tuple(ids), None))
     """
 
     def __init__(
@@ -109,9 +93,7 @@ class OutputCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.move_to_cpu = bool(move_to_cpu)
-        # key -> value, in LRU order; sizes (and original devices, with move_to_cpu)
-        # beside it: no tuple per entry, one object fewer per entry for the cyclic
-        # garbage collector to scan in a long-running program.
+        # key -> value in LRU order; sizes and devices beside it (no tuple per entry).
         self._data: OrderedDict[Hashable, Any] = OrderedDict()
         self._sizes: dict[Hashable, int] = {}
         self._devices: dict[Hashable, Any] = {}
@@ -182,11 +164,7 @@ class OutputCache:
         return _restore(value, device)
 
     def remove_if(self, predicate: Callable[[Hashable], bool]) -> int:
-        """Remove every entry whose key satisfies ``predicate``; return how many.
-
-        For example ``cache.remove_if(lambda key: key[1] == "my-lora")`` when an
-        adapter is removed.
-        """
+        """Remove every entry whose key satisfies ``predicate``; return how many."""
         with self._lock:
             doomed = [k for k in self._data if predicate(k)]
             dropped = [self._remove(k) for k in doomed]
@@ -220,11 +198,8 @@ class OutputCache:
             f"hits={self.hits}, misses={self.misses}>"
         )
 
-    # -- internals (call with the lock held where noted) ------------------------------
-    #
-    # Dropped values are released after the sizes are updated and the lock is free:
-    # a value's finalizer (genlm_core.runtime.RowPool returns row memory that way) may read
-    # this cache's size, and must not run under its lock.
+    # -- internals. Dropped values are released outside the lock: a finalizer (RowPool's)
+    # may read this cache's size.
 
     def _remove(self, key: Hashable, default: Any = None) -> Any:
         """Unlink ``key`` and return its value (lock held)."""
@@ -237,10 +212,7 @@ class OutputCache:
         return value
 
     def _evict(self) -> list[Any]:
-        """Remove least-recently-used entries until within both limits (lock held).
-
-        Returns the removed values, for the caller to drop once the lock is released.
-        """
+        """Remove least-recently-used entries until within both limits; return them (lock held)."""
         data = self._data
         evicted = []
         while (self.max_entries is not None and len(data) > self.max_entries) or (

@@ -1,21 +1,6 @@
 """ComputeGate: when a model's computations may run, and who may change the model meanwhile.
 
-Why. A model is called from its worker thread (async callers, batched) and from any
-thread that uses the sync methods. A backend written as docs/plugins.md describes, a
-``compute_batch`` with no lock of its own, must never see two calls at once; and
-loading or unloading a LoRA adapter, or freeing the model, must never happen while a
-batch computes with it. The gate gives both:
-
-* :meth:`ComputeGate.computing`: one computation at a time, or several at once for a
-  backend that declares itself thread-safe;
-* :meth:`ComputeGate.exclusive`: no computation at all (it waits for those running and
-  holds new ones back), for changes to the model;
-* :meth:`ComputeGate.close`: no computation ever again. Checked where a computation
-  starts, under the lock ``close`` takes, so once ``close`` returns none starts, whoever
-  queued it: a freed model is never computed with, without a guard in each backend.
-
-Both are reentrant for the thread that holds them, so a backend's own code may nest
-them (an adapter hook that clears a cache taking exclusive access again).
+See docs/architecture.md ("The gate").
 """
 
 from __future__ import annotations
@@ -52,9 +37,8 @@ class ComputeGate:
     def close(self, error: Callable[[], BaseException]) -> None:
         """Refuse every later computation with ``error()``; wait for those running.
 
-        A computation already running (in another thread) finishes first; one nested in
-        a running computation is part of it and still runs. Idempotent (the first
-        ``error`` stays).
+        One nested in a running computation is part of it and still runs. Idempotent
+        (the first ``error`` stays).
         """
         with self.exclusive(), self._cond:
             if self._closed_error is None:
@@ -92,9 +76,8 @@ class ComputeGate:
         me = threading.get_ident()
         with self._cond:
             if self._owner != me:
-                # From inside a computation: that computation waits here, so it does not
-                # count as running meanwhile. Else two computations of a thread-safe
-                # backend asking for exclusive access would each wait for the other.
+                # A computation asking for exclusive access waits here, so it does not count
+                # as running (else two of a thread-safe backend would wait for each other).
                 suspended = self._computing.pop(me, 0)
                 if suspended:
                     self._cond.notify_all()

@@ -1,21 +1,6 @@
-"""Give freed heap memory back to the operating system, at a bounded rate.
+"""Give freed heap memory back to the operating system (``malloc_trim``), at a bounded rate.
 
-Why. A backend allocates many short-lived, megabyte-sized buffers per forward
-(logits, activations, gathered key/values) from a worker thread. glibc's allocator
-keeps what they free in per-thread arenas and raises its mmap threshold as large
-blocks come and go, so freed memory stays resident: in a 5,000-call sampler run on
-SmolLM2 this added ~100 MiB of resident memory above every cache budget, growing
-with the number of threads that had run forwards. ``malloc_trim(0)`` returns those
-free pages (it does not move live data), which keeps resident memory within the
-budgets a user sets.
-
-It costs a walk over the heap (about a millisecond here), so :class:`HeapTrimmer`
-runs it at most once per ``interval`` seconds, after the work that freed the memory.
-``malloc_trim`` acts on the whole process, so models share one trimmer
-(:func:`process_trimmer`): two models never trim twice in one interval. Whether a model
-trims at all is :func:`trimming_wanted`'s answer: on where the benefit was measured
-(genlm-hf on a CPU), off elsewhere, ``GENLM_TRIM_HEAP`` and ``trim_heap=`` override.
-On platforms without glibc it does nothing.
+See docs/architecture.md ("Heap trimming"). On platforms without glibc it does nothing.
 """
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ __all__ = ["BatcherStats", "RequestFailure", "fail_waiting", "failure_of", "reso
 class RequestFailure:
     """What ``batch_fn`` returns for a key that failed on its own: its callers get ``error``.
 
-    The other keys of the batch get their results: one bad request (a removed adapter,
-    a row a backend got wrong) never fails its neighbours.
+    The other keys of the batch still get their results.
     """
 
     __slots__ = ("error",)
@@ -55,9 +54,8 @@ def resolve(
 ) -> None:
     """Give every caller still waiting for one key its outcome.
 
-    ``error`` fails them all; otherwise the first gets ``value`` and, with ``copy``,
-    each other one ``copy(value)`` (results callers may change in place). A copy that
-    raises (memory pressure, a custom ``copy``) fails its own caller alone.
+    ``error`` fails them all; otherwise the first gets ``value`` and, with ``copy``, each
+    other one ``copy(value)``. A copy that raises fails its own caller alone.
     """
     first = True
     for fut in futures:

@@ -1,12 +1,4 @@
-"""LoopBatchers: one AutoBatcher per event loop, over one worker thread kept across loops.
-
-An :class:`~genlm_core.runtime.AutoBatcher` serves one event loop, but a model (or an
-async trie) is used from many: every ``asyncio.run`` is a new loop. This gives each
-loop its own batcher, created on first use there, while the batches of all of them
-run in one :class:`~genlm_core.runtime.WorkerThread`: what its initializer and the
-libraries set up in that thread is kept between runs (a new thread per loop measured
-~8 ms on the first batch of every run).
-"""
+"""LoopBatchers: one AutoBatcher per event loop, over one worker thread kept across loops."""
 
 from __future__ import annotations
 
@@ -55,9 +47,8 @@ class LoopBatchers:
     def get(self) -> AutoBatcher:
         """The running event loop's batcher, created (with the worker thread) on first use.
 
-        Safe from several threads. The map holds each batcher by its loop weakly, and
-        an idle batcher holds its loop weakly too: a closed loop, and its batcher, are
-        freed once the program drops them.
+        Safe from several threads. Loops are held weakly, so a closed loop and its
+        batcher are freed once the program drops them.
         """
         loop = asyncio.get_running_loop()
         batcher = self._batchers.get(loop)

@@ -1,22 +1,7 @@
 """RowPool: recycled memory for the per-request rows a backend returns.
 
-Why. A backend returns each request's next-token log-probs as its own tensor (a
-row of vocabulary width), so a 64-request batch over a 50k vocabulary is 13 MB of
-new rows. Fresh memory from the allocator is fresh pages, and on a CPU their
-first-touch page faults cost more than the log-softmax that fills them (measured on
-this project's 2-core machine: 4.4 ms to copy a 64 x 50k batch into fresh memory,
-0.4 ms into memory touched before). The pool hands out rows whose memory comes back
-to it once nothing uses it any more, so later batches write into warm pages.
-
-How a row comes back. Each row is a ``torch.from_numpy`` tensor over a numpy view
-of a pooled slot. The tensor's storage (shared by every view of the row a caller
-makes, ``.numpy()`` arrays included) holds that numpy view; when the last user of
-the storage is gone the view dies, and a weak-reference callback returns the slot.
-A slot is therefore never reused while anything can still read it.
-
-How much it keeps. Free slots beyond ``max_free_bytes`` (a number, or a function
-asked at each return, so a backend can tie it to its output cache's budget) go back
-to the allocator.
+A slot returns to the pool once nothing can read its row (docs/architecture.md, "The
+row pool").
 """
 
 from __future__ import annotations
@@ -63,18 +48,15 @@ class RowPool:
         max_free_bytes: Most bytes of free slots to keep: an integer, or a
             zero-argument function returning one (asked whenever a slot comes back).
         dtype: Element type of the rows (torch or numpy dtype; float32 by default).
-        allocate: Makes a new slot's memory: ``allocate(width)`` returns a 1-D NumPy
-            array of ``dtype`` (default ``np.empty``; the CUDA trie passes page-locked
-            memory).
+        allocate: ``allocate(width)`` makes a new slot: a 1-D NumPy array of ``dtype``
+            (default ``np.empty``; the CUDA trie passes page-locked memory).
+
+    Example: ``RowPool(50257, max_free_bytes=64 << 20).copy_rows(batch)`` gives a list
+    of ``(50257,)`` float32 tensors.
 
     Raises:
         ValueError: ``width`` is not an integer >= 1, or ``max_free_bytes`` is neither
             a non-negative integer nor callable.
-
-    Example::
-
-        pool = RowPool(50257, max_free_bytes=64 << 20)
-        rows = pool.copy_rows(batch_logprobs)  # list of (50257,) float32 tensors
     """
 
     def __init__(
@@ -99,26 +81,19 @@ class RowPool:
         self._max_free_bytes = max_free_bytes
         self._allocate = allocate or functools.partial(np.empty, dtype=self.dtype)
         self._free: list[np.ndarray] = []
-        # Data address of each live row's slot -> its lease (a lease must outlive its
-        # row for the callback to run; the address also answers :meth:`owns`).
+        # Data address of each live row's slot -> its lease (which must outlive the row).
         self._live: dict[int, _Lease] = {}
-        self._callback = self._give_back  # one bound method for every lease
-        # The callback runs in whichever thread drops a row's last user, possibly in
-        # the middle of this pool's own code (a garbage collection): it takes no lock
-        # and only uses list/dict operations, which are atomic in CPython.
+        # One bound method for every lease. It runs in whichever thread drops a row's
+        # last user, maybe inside this pool's code (a collection): so no lock, only
+        # list/dict operations, atomic in CPython.
+        self._callback = self._give_back
         self._counter_lock = threading.Lock()
         self._closed = False
         self._reused = 0
         self._allocated = 0
 
     def copy_rows(self, batch: np.ndarray | torch.Tensor) -> list[torch.Tensor]:
-        """Copy each row of a ``(n, width)`` array into its own pooled tensor.
-
-        Args:
-            batch: A 2-D numpy array or CPU tensor of the pool's dtype and width.
-
-        Returns:
-            ``n`` tensors of shape ``(width,)``, each owning its memory.
+        """Copy each row of a ``(n, width)`` numpy array or CPU tensor into its own pooled tensor.
 
         Raises:
             ValueError: ``batch`` has the wrong shape, dtype or device.
@@ -145,11 +120,7 @@ class RowPool:
         return rows
 
     def empty_rows(self, n: int) -> list[torch.Tensor]:
-        """``n`` pooled rows with unspecified contents, to fill in place (``out=``).
-
-        Raises:
-            ValueError: ``n`` is not an integer >= 0.
-        """
+        """``n`` pooled rows with unspecified contents, to fill in place (``out=``)."""
         if not is_int_at_least(n, 0):
             raise ValueError(f"empty_rows needs a row count >= 0, got {n!r}")
         return [torch.from_numpy(self._lease(self._take())) for _ in range(n)]
@@ -219,8 +190,7 @@ class RowPool:
 class _Lease(weakref.ref):
     """A weak reference to a handed-out row's numpy view that carries its slot.
 
-    One object per live row (instead of a weakref, a bound method and a tuple): every
-    cached row adds to what Python's cyclic garbage collector scans.
+    One object per live row, not three: every cached row adds to the collector's scans.
     """
 
     __slots__ = ("address", "slot")

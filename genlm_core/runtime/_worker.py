@@ -1,8 +1,4 @@
-"""WorkerThread: the thread a model's batches run in, one at a time, in order.
-
-Split from the batcher so that a model can keep one thread (and what its initializer
-set up) for the batchers of every event loop it is used from.
-"""
+"""WorkerThread: the thread a model's batches run in, one at a time, in order."""
 
 from __future__ import annotations
 
@@ -19,18 +15,11 @@ __all__ = ["WorkerThread"]
 
 
 class WorkerThread:
-    """A thread that runs batches one at a time, in order, for one or more batchers.
+    """A daemon thread that runs batches one at a time, in order, for one or more batchers.
 
-    Each :class:`AutoBatcher` starts its own unless given one. Share one between
-    batchers when they run in turn, e.g. a model used from one ``asyncio.run`` after
-    another: the thread, and what it set up (``initializer``, a library's per-thread
-    buffers), then outlives each event loop; a new thread per loop measured ~8 ms on
-    the first batch of every run.
-
-    Leaner than ``run_in_executor`` on a ThreadPoolExecutor (one queue put out, one
-    ``call_soon_threadsafe`` back): with small batches the hand-off is most of the cost.
-    A daemon thread; it exits once shut down or garbage-collected (it keeps no
-    reference to ``initializer`` after calling it, so it keeps nothing alive).
+    Shared by batchers that run in turn (a model's, one per ``asyncio.run``), so what it
+    set up outlives each event loop. It exits once shut down or garbage-collected, and
+    keeps no reference to ``initializer`` after calling it.
 
     Args:
         name: The thread's name (shown in errors).
@@ -108,11 +97,8 @@ def _serve(
             outcome: tuple[Any, BaseException | None] = (fn(arg), None)
         except BaseException as exc:  # delivered to the callers, as an Executor would
             outcome = (None, exc)
-        # Hand the results over in a box the loop empties: once the callers have them,
-        # this thread must hold nothing of theirs (rows recycled when dropped, a model's
-        # memory), even before it gets the CPU back to clear its own variables. The
-        # callback goes in the box too, and the batch function is dropped first: both
-        # lead to the model (a batcher's on_done holds its batch function, a bound method).
+        # Hand the results (and the callback, which leads to the model) over in a box the
+        # loop empties: once the callers have them, this thread holds nothing of theirs.
         delivery = [(on_done, outcome)]
         fn = arg = on_done = outcome = None
         _post(loop, delivery)

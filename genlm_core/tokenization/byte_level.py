@@ -1,10 +1,7 @@
 """Byte-level BPE (GPT-2, Llama-3, Qwen, DeepSeek, cl100k, ...): token strings to bytes.
 
-Byte-level tokenizers store each byte as one printable character (GPT-2's alphabet:
-``"Ġ"`` is the space, ``"Ċ"`` the newline). Decoding a token is a 256-entry table
-lookup per character. We do it for the whole vocabulary at once: join every token
-string, look every code point up in a numpy table, and slice the result back apart,
-which costs a few tens of milliseconds even for 200k-token vocabularies.
+Each byte is one printable character (GPT-2's alphabet: ``"Ġ"`` is the space); the
+whole vocabulary is decoded at once through a numpy table.
 """
 
 from __future__ import annotations
@@ -20,13 +17,10 @@ __all__ = ["bytes_to_unicode", "byte_level_bytes", "gpt2_byte_table", "byte_tabl
 
 @cache
 def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte alphabet: the printable character that stands for each byte.
+    """GPT-2's byte alphabet: byte value 0..255 -> the printable character standing for it.
 
-    Bytes that are printable Latin-1 stand for themselves; the other 68 (controls,
-    space, DEL, NBSP, soft hyphen) are shifted to ``chr(256 + k)`` in byte order.
-
-    Returns:
-        A dict from every byte value 0..255 to its one-character stand-in.
+    Printable Latin-1 bytes stand for themselves; the other 68 (controls, space, DEL,
+    NBSP, soft hyphen) are shifted to ``chr(256 + k)`` in byte order.
     """
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
     alphabet = {b: chr(b) for b in printable}
@@ -43,13 +37,9 @@ def gpt2_byte_table() -> np.ndarray:
 
 
 def byte_table_from_decoder(byte_decoder: Mapping[str, int]) -> np.ndarray:
-    """Turn a ``{character: byte}`` mapping (a slow tokenizer's ``byte_decoder``) into a table.
+    """A ``{character: byte}`` mapping (a slow tokenizer's ``byte_decoder``) as a table.
 
-    Args:
-        byte_decoder: One-character strings to byte values.
-
-    Returns:
-        An int16 array indexed by code point: the byte, or ``-1`` where unmapped.
+    An int16 array indexed by code point: the byte, or ``-1`` where unmapped.
     """
     size = max((ord(ch) for ch in byte_decoder), default=-1) + 1
     table = np.full(size, -1, dtype=np.int16)
@@ -59,16 +49,10 @@ def byte_table_from_decoder(byte_decoder: Mapping[str, int]) -> np.ndarray:
 
 
 def byte_level_bytes(texts: Sequence[str], table: np.ndarray) -> tuple[list[bytes], list[int]]:
-    """Decode byte-level token strings through ``table``, all at once.
+    """Decode byte-level token strings (one per id) through ``table``, all at once.
 
-    Args:
-        texts: One token string per id (``""`` where there is nothing to decode).
-        table: Code point -> byte, ``-1`` for unmapped (see :func:`gpt2_byte_table`).
-
-    Returns:
-        ``(byte_strings, unmapped)``: the decoded bytes per id, and the ids whose
-        string holds a character the table does not map (their entry is meaningless
-        and must be replaced by the caller).
+    Returns ``(byte_strings, unmapped)``: the bytes per id, and the ids whose string
+    holds a character the table does not map (their entry is for the caller to replace).
     """
     joined = "".join(texts)
     codes = np.frombuffer(joined.encode("utf-32-le"), dtype="<u4")

@@ -1,9 +1,7 @@
 """SentencePiece vocabularies (Llama-2, Mistral, Gemma): pieces to bytes.
 
-A SentencePiece piece is text in which a meta symbol (``"▁"``) stands for the space;
-bytes the model has no piece for are spelled by 256 byte-fallback pieces ``<0x00>`` ..
-``<0xFF>``. Without those pieces the vocabulary cannot spell arbitrary text (it maps
-unknown characters to ``<unk>``), so we refuse it rather than decode it lossily.
+``"▁"`` stands for the space; without the 256 byte-fallback pieces ``<0x00>`` ..
+``<0xFF>`` a vocabulary cannot spell arbitrary text, so it is refused, not decoded lossily.
 """
 
 from __future__ import annotations
@@ -17,14 +15,7 @@ _SINGLE_BYTES = [bytes([b]) for b in range(256)]
 
 
 def byte_piece_ids(piece_to_id: Mapping[str, int]) -> dict[int, int]:
-    """Find the byte-fallback pieces ``<0xAB>`` of a vocabulary.
-
-    Args:
-        piece_to_id: The model's pieces and their ids.
-
-    Returns:
-        Token id -> the byte it spells, for each byte-fallback piece present.
-    """
+    """The byte-fallback pieces ``<0xAB>`` of a vocabulary: token id -> the byte it spells."""
     found: dict[int, int] = {}
     for b in range(256):
         for name in (f"<0x{b:02X}>", f"<0x{b:02x}>"):
@@ -39,13 +30,7 @@ def sentencepiece_bytes(
 ) -> list[bytes]:
     """Decode SentencePiece pieces: meta symbol -> space, ``<0xAB>`` -> that byte, else UTF-8.
 
-    Args:
-        texts: One piece per id (``""`` where there is nothing to decode).
-        byte_pieces: Token id -> byte, from :func:`byte_piece_ids`.
-        meta_symbol: The character the decoder turns into a space.
-
-    Returns:
-        The bytes of each id.
+    ``texts`` has one piece per id; ``byte_pieces`` is from :func:`byte_piece_ids`.
     """
     byte_strings = [text.replace(meta_symbol, " ").encode() for text in texts]
     for token_id, b in byte_pieces.items():

@@ -1,26 +1,13 @@
 """Pick how to turn a tokenizer's vocabulary into bytes, from what the tokenizer declares.
 
-Order of evidence:
-
-1. a tiktoken-style byte vocabulary (``mergeable_ranks``): the bytes are given;
-2. a Hugging Face fast tokenizer's declared decoder (``backend_tokenizer.decoder``):
-   ``ByteLevel`` -> GPT-2 byte alphabet; ``ByteFallback`` / ``Metaspace`` / a ``▁``
-   ``Replace`` -> SentencePiece pieces (must have the 256 byte-fallback pieces); any
-   other decoder (``WordPiece``, ``BPEDecoder``, ``CTC``, ...) -> unsupported; no decoder
-   at all -> try the GPT-2 alphabet;
-3. a slow tokenizer's ``sp_model`` (SentencePiece) or ``byte_decoder`` (GPT-2 style);
-4. anything with ``get_vocab()``: try the GPT-2 alphabet.
-
-Every result is checked by :func:`~genlm_core.tokenization.validation.check_round_trip`.
-Added tokens (special or not) become their text encoded as UTF-8, as in genlm-backend
-(SentencePiece: with ``▁`` read as a space, as its decoder does). Ids no token uses
-(holes, as in cl100k/o200k) become ``b""``.
+The order of evidence is in docs/architecture.md ("Decoding a vocabulary"); every result
+is checked by :func:`~genlm_core.tokenization.validation.check_round_trip`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +23,7 @@ from genlm_core.tokenization.sentencepiece import (
     sentencepiece_bytes,
 )
 from genlm_core.tokenization.tiktoken_style import find_tiktoken_tables, tiktoken_bytes
-from genlm_core.tokenization.validation import check_round_trip
+from genlm_core.tokenization.validation import BatchDecoder, check_round_trip
 
 __all__ = ["RawByteVocab", "describe_decoder", "read_byte_vocab", "tokenizer_name"]
 
@@ -177,6 +164,19 @@ def _layout(
     return model_texts, texts, holes
 
 
+def _checked(
+    tokenizer: Any,
+    raw: RawByteVocab,
+    skip: frozenset[int],
+    decode_batch: BatchDecoder | None,
+    encode: Callable[[str], Sequence[int]] | None,
+) -> RawByteVocab:
+    """``raw`` once its bytes pass :func:`check_round_trip` (``skip``: ids not checked)."""
+    name = tokenizer_name(tokenizer)
+    check_round_trip(raw.byte_strings, skip, decode_batch, encode, tokenizer_name=name, how=raw.how)
+    return raw
+
+
 def _unsupported(tokenizer: Any, what: str) -> UnsupportedTokenizerError:
     return UnsupportedTokenizerError(
         # genlm-backend's words first: clients match them (genlm-control's tests do).
@@ -246,16 +246,9 @@ def _from_fast(tokenizer: Any, backend: Any) -> RawByteVocab:
     def encode(text: str) -> list[int]:
         return backend.encode(text, add_special_tokens=False).ids
 
+    raw = RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
     # With no decoder, tokenizers joins tokens with spaces: only the encoding can be checked.
-    check_round_trip(
-        byte_strings,
-        skip,
-        decode_batch if decoder is not None else None,
-        encode,
-        tokenizer_name=tokenizer_name(tokenizer),
-        how=how,
-    )
-    return RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
+    return _checked(tokenizer, raw, skip, decode_batch if decoder is not None else None, encode)
 
 
 # --- slow tokenizers and tiktoken -------------------------------------------------------
@@ -287,15 +280,8 @@ def _from_sp_model(tokenizer: Any) -> RawByteVocab:
     def decode_batch(batch: list[list[int]]) -> list[str]:
         return [sp.decode(ids) for ids in batch]
 
-    check_round_trip(
-        byte_strings,
-        skip,
-        decode_batch,
-        sp.encode,
-        tokenizer_name=tokenizer_name(tokenizer),
-        how=how,
-    )
-    return RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
+    raw = RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
+    return _checked(tokenizer, raw, skip, decode_batch, sp.encode)
 
 
 def _from_vocab_and_table(tokenizer: Any, table: Any, how: str) -> RawByteVocab:
@@ -324,10 +310,8 @@ def _from_vocab_and_table(tokenizer: Any, table: Any, how: str) -> RawByteVocab:
     def encode(text: str) -> list[int]:
         return list(tokenizer.encode(text, add_special_tokens=False))
 
-    check_round_trip(
-        byte_strings, skip, decode_batch, encode, tokenizer_name=tokenizer_name(tokenizer), how=how
-    )
-    return RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
+    raw = RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
+    return _checked(tokenizer, raw, skip, decode_batch, encode)
 
 
 def _from_tiktoken(tokenizer: Any) -> RawByteVocab | None:
@@ -339,34 +323,22 @@ def _from_tiktoken(tokenizer: Any) -> RawByteVocab | None:
     holes = [i for i in range(len(byte_strings)) if i not in used]
     owner = tables.owner
     how = f"tiktoken-style mergeable_ranks of {type(owner).__name__}"
+    raw = RawByteVocab(byte_strings, texts, frozenset(specials), holes, how)
+    if not callable(getattr(owner, "decode_bytes", None)):
+        return raw
+
+    def decode_batch(batch: list[list[int]]) -> list[bytes]:
+        return [owner.decode_bytes(ids) for ids in batch]
+
     skip = frozenset(specials).union(holes)
-    if callable(getattr(owner, "decode_bytes", None)):
-
-        def decode_batch(batch: list[list[int]]) -> list[bytes]:
-            return [owner.decode_bytes(ids) for ids in batch]
-
-        encode = getattr(owner, "encode_ordinary", None)
-        check_round_trip(
-            byte_strings,
-            skip,
-            decode_batch,
-            encode,
-            tokenizer_name=tokenizer_name(tokenizer),
-            how=how,
-        )
-    return RawByteVocab(byte_strings, texts, frozenset(specials), holes, how)
+    return _checked(tokenizer, raw, skip, decode_batch, getattr(owner, "encode_ordinary", None))
 
 
 def read_byte_vocab(tokenizer: Any) -> RawByteVocab:
     """Decode every token id of ``tokenizer`` to its bytes, choosing the strategy it declares.
 
-    Args:
-        tokenizer: A Hugging Face tokenizer (fast or slow), a ``tokenizers.Tokenizer``,
-            or a tiktoken-style tokenizer.
-
-    Returns:
-        The byte strings (one per id up to the largest id), with the facts
-        :func:`~genlm_core.tokenization.decode_vocab` needs.
+    ``tokenizer``: a Hugging Face tokenizer (fast or slow), a ``tokenizers.Tokenizer`` or
+    a tiktoken-style tokenizer.
 
     Raises:
         UnsupportedTokenizerError: The vocabulary cannot be decoded to exact bytes; the

@@ -1,9 +1,7 @@
 """tiktoken-style tokenizers: the vocabulary is already bytes (``mergeable_ranks``).
 
-Covers a ``tiktoken.Encoding`` itself and Hugging Face wrappers around one (Qwen's
-``QWenTokenizer``, Kimi's ``TikTokenTokenizer``, ...), found by duck typing so tiktoken
-never needs importing. Special tokens are text; like every added token they become their
-UTF-8 encoding.
+Covers a ``tiktoken.Encoding`` and Hugging Face wrappers around one, found by duck
+typing so tiktoken never needs importing.
 """
 
 from __future__ import annotations
@@ -42,14 +40,7 @@ def _ranks_of(obj: Any) -> Mapping[bytes, int] | None:
 
 
 def find_tiktoken_tables(tokenizer: Any) -> TiktokenTables | None:
-    """Return the rank tables if ``tokenizer`` is (or wraps) a tiktoken-style encoding.
-
-    Args:
-        tokenizer: Any tokenizer object.
-
-    Returns:
-        The tables, or ``None`` when no ``mergeable_ranks`` of bytes is found.
-    """
+    """The rank tables if ``tokenizer`` is (or wraps) a tiktoken-style encoding, else None."""
     candidates = [tokenizer] + [getattr(tokenizer, a, None) for a in _WRAPPED_ATTRS]
     for obj in candidates:
         if obj is None:
@@ -72,14 +63,10 @@ def find_tiktoken_tables(tokenizer: Any) -> TiktokenTables | None:
 
 
 def tiktoken_bytes(tables: TiktokenTables) -> tuple[list[bytes], list[str | None], set[int]]:
-    """Lay the rank tables out by id; ids nobody uses are empty holes.
+    """Lay the rank tables out by id: ``(byte_strings, texts, special_ids)``.
 
-    Args:
-        tables: From :func:`find_tiktoken_tables`.
-
-    Returns:
-        ``(byte_strings, texts, special_ids)``: bytes per id (``b""`` at holes), the
-        special tokens' text per id (``None`` elsewhere), and the special ids.
+    Bytes per id (``b""`` at holes), the special tokens' text per id (``None``
+    elsewhere), and the special ids.
     """
     size = max([*tables.ranks.values(), *tables.specials.values()], default=-1) + 1
     byte_strings = [b""] * size

@@ -1,9 +1,7 @@
 """``Token``: one vocabulary entry, a ``bytes`` that also knows its token id.
 
-Same public behaviour as genlm-backend's ``Token``, so clients migrate by renaming the
-import. ``Token`` subclasses ``bytes`` so ``b"".join(tokens)``, ``len``, slicing and
-``.decode()`` keep working; but two Tokens are equal (and hash, and sort) by token id,
-because several ids may spell the same bytes.
+As genlm-backend's ``Token``: equal, hashed and sorted by token id, since several ids
+may spell the same bytes.
 """
 
 from __future__ import annotations
@@ -103,9 +101,8 @@ class Token(bytes):
 def gc_paused() -> Iterator[None]:
     """Suspend the cyclic garbage collector while building large acyclic structures.
 
-    Building a vocabulary allocates hundreds of thousands of small objects; each 700
-    allocations would otherwise trigger a collection that re-walks them all. Nothing
-    built here is cyclic, so pausing loses nothing; the previous state is restored.
+    A vocabulary is hundreds of thousands of small objects, none cyclic: a collection
+    every 700 allocations would re-walk them all for nothing.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -119,14 +116,8 @@ def gc_paused() -> Iterator[None]:
 def tokens_from_bytes(byte_strings: Sequence[bytes]) -> list[Token]:
     """``[Token(i, b) for i, b in enumerate(byte_strings)]``, about 3x faster.
 
-    Skips the per-call argument checks of ``Token.__new__`` (the inputs are known to be
-    bytes and the ids are the positions) and pauses the garbage collector.
-
-    Args:
-        byte_strings: One byte string per token id, in id order.
-
-    Returns:
-        The Tokens, ``result[i].token_id == i``.
+    Skips ``Token.__new__``'s checks (the inputs are bytes, the ids their positions)
+    and pauses the garbage collector.
     """
     new = bytes.__new__
     with gc_paused():

@@ -1,10 +1,7 @@
 """Round-trip check: our byte strings must agree with the tokenizer's own decoder.
 
-Cheap and deterministic: one probe text (multi-byte characters, whitespace runs, an
-emoji) encoded by the tokenizer, plus a fixed pseudo-random sample of a few hundred
-ids, decoded in one batch. A wrong byte alphabet, a missed meta symbol or a broken
-byte-fallback table shows up immediately; checking every id would cost more than
-decoding the vocabulary itself.
+One probe text and a fixed sample of ids: cheap, deterministic, and enough to catch a
+wrong byte alphabet, a missed meta symbol or a broken byte-fallback table.
 """
 
 from __future__ import annotations

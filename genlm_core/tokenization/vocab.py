@@ -1,9 +1,7 @@
 """``decode_vocab``: a tokenizer's vocabulary as ``Token`` bytes and display strings.
 
-``byte_vocab[i]`` is always the token with id ``i`` (``byte_vocab[i].token_id == i``),
-for every id of the model's logits: ids the tokenizer never uses (holes such as
-cl100k's 100256 and 100261..100275) and ids past the tokenizer when the model is wider
-(``vocab_size``) are empty tokens ``Token(i, b"")``, whose string is ``""``.
+``byte_vocab[i].token_id == i`` for every id of the logits; unused ids and ids past
+the tokenizer are empty tokens ``Token(i, b"")``.
 """
 
 from __future__ import annotations
@@ -115,11 +113,9 @@ def decode_vocab(
 ) -> tuple[list[Token], list[str]]:
     """Decode a tokenizer's vocabulary into exact byte strings and display strings.
 
-    The strategy follows the tokenizer's declared decoder (byte-level BPE, SentencePiece
-    with byte fallback, tiktoken-style ranks, slow ``sp_model``/``byte_decoder``) and is
-    checked by a round trip through the tokenizer's own decoder. Added and special
-    tokens become their text encoded as UTF-8, as in genlm-backend. Nothing is
-    downloaded.
+    The strategy follows the tokenizer's declared decoder and is checked by a round
+    trip through it; added and special tokens become their text encoded as UTF-8, as
+    in genlm-backend. Nothing is downloaded.
 
     Args:
         tokenizer: A Hugging Face tokenizer (fast or slow), a ``tokenizers.Tokenizer``,
@@ -171,13 +167,7 @@ def decode_vocab(
 
 
 def get_byte_vocab(tokenizer: Any) -> list[bytes]:
-    """The byte string of every token id (plain bytes; ``b""`` at holes).
-
-    Args:
-        tokenizer: As for :func:`decode_vocab`.
-
-    Returns:
-        ``result[i]`` is the bytes of token ``i``, for ids up to the largest one.
+    """The byte string of every token id up to the largest (plain bytes; ``b""`` at holes).
 
     Raises:
         UnsupportedTokenizerError: As for :func:`decode_vocab`.
