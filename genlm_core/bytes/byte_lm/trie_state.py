@@ -202,9 +202,9 @@ def eot_edges(trie: Any, node: int) -> list[tuple[int, int]]:
 
 def trie_path(trie: Any, data: Any) -> list[int]:
     """The nodes of a trie along the bytes ``data`` from its root, as far as it has edges."""
-    nodes = [trie.root]
+    children, node, nodes = trie.children, trie.root, [trie.root]
     for b in data:
-        node = trie.children[nodes[-1]].get(b)
+        node = children[node].get(b)
         if node is None:
             break
         nodes.append(node)
