@@ -8,18 +8,18 @@ float64). How it batches model calls: docs/bytes.md, *Speed, and where the time 
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from genlm_core.bytes.byte_lm.heal import TokenHealer
 from genlm_core.bytes.byte_lm.lm_state import (
-    StatefulByteLM,
+    CandidateStates,
+    StatefulByteLM,  # noqa: F401 - genlm-bytes' beam has it
     StatefulTokenizedLM,
     _as_bytes,
+    advance_all,
     initial_token_ids,
 )
 from genlm_core.bytes.byte_lm.params import BeamParams
@@ -27,13 +27,13 @@ from genlm_core.bytes.byte_lm.pruning import certainly_dropped, decisions_unchan
 from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, TrieMode
 from genlm_core.bytes.errors import EmptyBeamError, InvalidBeamParamsError
 from genlm_core.bytes.probs import LazyByteProbs, check_byte, logsumexp, next_byte_logps
-from genlm_core.bytes.shared_tries import is_shared, shared_trie_async
+from genlm_core.bytes.shared_tries import shared_trie_async
 from genlm_core.trie.async_trie import AsyncTokenByteTrie  # noqa: F401 - genlm-bytes' beam has it
 
 __all__ = ["BeamParams", "ByteBeamState"]
 
 
-class ByteBeamState(StatefulByteLM):
+class ByteBeamState(CandidateStates):
     """A beam of candidate tokenizations of the bytes read (kept by decreasing weight)."""
 
     def __init__(self, states: list[LazyTrieState], params: BeamParams) -> None:
@@ -82,17 +82,6 @@ class ByteBeamState(StatefulByteLM):
         )
         return cls([await state.materialize()], params)
 
-    def __iter__(self) -> Iterator[LazyTrieState]:
-        return iter(self.states)
-
-    def __len__(self) -> int:
-        return len(self.states)
-
-    @functools.cached_property
-    def logZ(self) -> float:  # noqa: N802 - genlm-bytes' name
-        """Log of the beam's total weight: the estimated log-probability of the bytes read."""
-        return logsumexp([s.weight for s in self.states])
-
     async def __lshift__(self, a: int) -> ByteBeamState:
         """The beam after reading byte ``a`` (0-255) or ``EOS`` (257).
 
@@ -110,14 +99,10 @@ class ByteBeamState(StatefulByteLM):
                 "cannot advance an empty beam: no tokenization of the bytes read so far "
                 "was kept (raise K, lower prune_threshold, or enable healing)"
             )
-        known = [s for s in (state << a for state in self.states) if s is not None]
+        known = advance_all(self.states, a)
         log_z = logsumexp([s.weight for s in known]) if known else -math.inf
         extensions = await self._materialized_extensions(log_z, a if pruned_next else None, known)
-        for state in extensions:
-            advanced = state << a
-            if advanced is not None:
-                known.append(advanced)
-        beam = ByteBeamState(known, self.params)
+        beam = ByteBeamState(known + advance_all(extensions, a), self.params)
         if self.params.heal and not beam.states:
             healed = await self._adaptive_heal(a)
             if healed is not None:
@@ -216,12 +201,6 @@ class ByteBeamState(StatefulByteLM):
             for i in range(start, end):
                 beam = await beam.prune()._advance(data[i], pruned_next=i < last)
         return beam.with_mode(TrieMode.WITH_EOS)
-
-    async def cleanup(self) -> None:
-        """Stop the batching of a trie this beam does not share (shared tries live on)."""
-        for trie in {id(s.trie): s.trie for s in self.states}.values():
-            if not is_shared(trie):
-                await trie.cleanup()
 
     async def _adaptive_heal(self, next_byte: int) -> ByteBeamState | None:
         """A one-candidate beam that read ``next_byte`` by re-tokenizing, or None."""

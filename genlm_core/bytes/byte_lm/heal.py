@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, eot_edges
+from genlm_core.bytes.byte_lm.trie_state import LazyTrieState, eot_edges, trie_path
 from genlm_core.bytes.display import format_byte
 
 __all__ = ["TokenHealer"]
@@ -61,13 +61,10 @@ class TokenHealer:
         self, state: Any, trie: Any, base_weight: float, k: int, next_byte: int
     ) -> LazyTrieState | None:
         """Commit ``partial[:k]`` (each token id spelling it, in turn), then replay."""
-        children = trie.children
-        node_at_k = trie.root
-        for b in state.partial[:k]:
-            node_at_k = children[node_at_k].get(b)
-            if node_at_k is None:
-                return None  # no such path
-        ends = eot_edges(trie, node_at_k)
+        nodes = trie_path(trie, state.partial[:k])
+        if len(nodes) <= k:
+            return None  # no such path
+        ends = eot_edges(trie, nodes[k])
         if not ends:
             if self.verbose:
                 print(f"[heal] k={k}: no EOT at {bytes(state.partial[:k])!r}")
@@ -145,14 +142,7 @@ async def _prefetch_commits(state: Any, trie: Any, ks: list[int]) -> None:
     if model is None or context is None or len(ks) < 2:
         return
     contexts = []
-    node = trie.root
-    partial = state.partial
-    nodes = [node]
-    for b in partial:
-        node = trie.children[node].get(b)
-        if node is None:
-            break
-        nodes.append(node)
+    nodes = trie_path(trie, state.partial)
     for k in ks:
         if k < len(nodes):
             for _, token_id in eot_edges(trie, nodes[k]):

@@ -1,13 +1,14 @@
 """``StatefulTokenizedLM`` (a token context over an AsyncLM) and ``StatefulByteLM``.
 
 ``StatefulByteLM`` is the abstract byte-level LM with genlm-bytes' ``greedy`` and
-``sample`` loops; both byte states implement it.
+``sample`` loops; both byte states implement it, through ``CandidateStates``.
 """
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,10 +16,12 @@ import numpy as np
 from genlm_core._validation import is_integer
 from genlm_core.bytes.display import escape
 from genlm_core.bytes.errors import InvalidByteError, MissingStartTokenError
-from genlm_core.bytes.probs import EOS
+from genlm_core.bytes.probs import EOS, logsumexp
+from genlm_core.bytes.shared_tries import is_shared
 from genlm_core.errors import InvalidTokenIdsError
 
 __all__ = [
+    "CandidateStates",
     "StatefulByteLM",
     "StatefulTokenizedLM",
     "initial_token_ids",
@@ -191,6 +194,37 @@ class StatefulByteLM(ABC):
 
     async def cleanup(self) -> None:  # noqa: B027 - optional hook
         """Release what the state holds (default: nothing)."""
+
+
+class CandidateStates(StatefulByteLM):
+    """A byte state held as trie states ``states`` (heaviest first): both byte states' base."""
+
+    states: list[Any]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.states)
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    @functools.cached_property
+    def logZ(self) -> float:  # noqa: N802 - genlm-bytes' name
+        """Log of the candidates' total weight: the log-probability of the bytes read.
+
+        ``ByteBeamState``'s estimates it; ``ExactByteState``'s is exact (as a prefix of the text).
+        """
+        return logsumexp([s.weight for s in self.states])
+
+    async def cleanup(self) -> None:
+        """Stop the batching of a trie these states do not share (shared tries live on)."""
+        for trie in {id(s.trie): s.trie for s in self.states}.values():
+            if not is_shared(trie):
+                await trie.cleanup()
+
+
+def advance_all(states: Sequence[Any], b: int) -> list[Any]:
+    """``state << b`` for each of ``states``, the None (no such edge) left out."""
+    return [advanced for advanced in (state << b for state in states) if advanced is not None]
 
 
 def _as_bytes(data: Any) -> bytes:

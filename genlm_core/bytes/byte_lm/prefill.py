@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from genlm_core.bytes.byte_lm.trie_state import eot_edges
+from genlm_core.bytes.byte_lm.trie_state import eot_edges, trie_path
 from genlm_core.errors import InvalidTokenIdsError
 
 __all__ = ["WINDOW_BYTES", "canonical_tokens", "read_ahead"]
@@ -89,14 +89,8 @@ def _likely_detours(
 
 def _tokens_spelling_prefixes(trie: Any, spelled: bytes, position: int) -> list[int]:
     """Ids of the tokens whose bytes are a non-empty prefix of ``spelled[position:]``."""
-    children = trie.children
-    node, out = trie.root, []
-    for b in spelled[position:]:
-        node = children[node].get(b)
-        if node is None:
-            break
-        out.extend(token for _, token in eot_edges(trie, node))
-    return out
+    nodes = trie_path(trie, spelled[position:])
+    return [token for node in nodes[1:] for _, token in eot_edges(trie, node)]
 
 
 def canonical_tokens(model: Any, trie: Any, spelled: bytes) -> list[int]:

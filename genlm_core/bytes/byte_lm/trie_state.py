@@ -198,3 +198,14 @@ def eot_edges(trie: Any, node: int) -> list[tuple[int, int]]:
         for key, leaf in trie.children[node].items()
         if type(key) is tuple and key[0] == sentinel
     ]
+
+
+def trie_path(trie: Any, data: Any) -> list[int]:
+    """The nodes of a trie along the bytes ``data`` from its root, as far as it has edges."""
+    children, node, nodes = trie.children, trie.root, [trie.root]
+    for b in data:
+        node = children[node].get(b)
+        if node is None:
+            break
+        nodes.append(node)
+    return nodes

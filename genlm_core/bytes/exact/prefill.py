@@ -130,7 +130,7 @@ class _Windows:
 
     def first(self) -> None:
         for root in self.roots:
-            _grow(root, self.text, self.spell, self.canon, self.by_end, root.partial or b"")
+            self._grow(root, root.partial or b"")
 
     def next_window(self) -> tuple[list[PlanNode], list[PlanNode], list[PlanNode]]:
         """The window's first nodes, the others (parents first) and its longest chain."""
@@ -139,9 +139,9 @@ class _Windows:
         target = min(n, stop + self.ahead)
         for end in range(self.grown_to, target):
             for node in by_end.get(end, ()):
-                _grow(node, self.text, self.spell, self.canon, by_end, b"")
+                self._grow(node, b"")
         self.grown_to = max(self.grown_to, target)
-        _prune(by_end, start, self.grown_to, self.text, self.spell, self.canon)
+        self._prune()
         if start == 0:
             tops = list(self.roots)
             for root in self.roots:
@@ -174,56 +174,42 @@ class _Windows:
         self.start = self.stop
         return True
 
+    def _grow(self, node: PlanNode, partial: bytes) -> None:
+        """Add ``node``'s children: canonical tokens ending inside the text that can go on."""
+        text, spell, canon = self.text, self.spell, self.canon
+        start = max(node.end, 0)
+        first = start if partial else start + 1  # a read partial token may end right here
+        for stop in range(first, min(len(text), start + spell.longest) + 1):
+            if not spell.starts(partial + text[start:stop]):
+                break  # no token goes on with these bytes
+            for token in spell.exact(partial + text[start:stop]):
+                if not canon.valid_next(node.pending, token):
+                    continue
+                pending = canon.extend(node.pending, token)
+                # all that can_go_on reads: no copy of the rest
+                ahead = text[stop : stop + spell.longest]
+                if stop == len(text) or can_go_on(canon, pending, ahead, spell):
+                    child = PlanNode(
+                        node.prefix, (*node.tail, token), pending, stop, parent=node, token=token
+                    )
+                    node.children.append(child)
+                    self.by_end.setdefault(stop, []).append(child)
 
-def _grow(
-    node: PlanNode,
-    text: bytes,
-    spell: Spellings,
-    canon: Any,
-    by_end: dict[int, list[PlanNode]],
-    partial: bytes,
-) -> None:
-    """Add ``node``'s children: canonical tokens ending inside ``text`` that can go on."""
-    start = max(node.end, 0)
-    first = start if partial else start + 1  # a read partial token may end right here
-    for stop in range(first, min(len(text), start + spell.longest) + 1):
-        if not spell.starts(partial + text[start:stop]):
-            break  # no token goes on with these bytes
-        for token in spell.exact(partial + text[start:stop]):
-            if not canon.valid_next(node.pending, token):
-                continue
-            pending = canon.extend(node.pending, token)
-            ahead = text[stop : stop + spell.longest]  # all can_go_on reads: no copy of the rest
-            if stop == len(text) or can_go_on(canon, pending, ahead, spell):
-                child = PlanNode(
-                    node.prefix, (*node.tail, token), pending, stop, parent=node, token=token
-                )
-                node.children.append(child)
-                by_end.setdefault(stop, []).append(child)
+    def _prune(self) -> None:
+        """Mark the nodes from the window's start on that cannot read on (those not grown may)."""
+        n = len(self.text)
+        for end in sorted((e for e in self.by_end if e >= self.start), reverse=True):
+            if end >= self.grown_to and end < n:
+                continue  # not grown yet: alive until known otherwise
+            for node in self.by_end[end]:
+                node.children = [c for c in node.children if c.alive]
+                node.alive = end == n or bool(node.children) or self._runs_past(node)
 
-
-def _prune(
-    by_end: dict[int, list[PlanNode]],
-    start: int,
-    grown_to: int,
-    text: bytes,
-    spell: Spellings,
-    canon: Any,
-) -> None:
-    """Mark the nodes from ``start`` on that cannot read on (those not grown may)."""
-    n = len(text)
-    for end in sorted((e for e in by_end if e >= start), reverse=True):
-        if end >= grown_to and end < n:
-            continue  # not grown yet: alive until known otherwise
-        for node in by_end[end]:
-            node.children = [c for c in node.children if c.alive]
-            node.alive = end == n or bool(node.children) or _runs_past(node, text, spell, canon)
-
-
-def _runs_past(node: PlanNode, text: bytes, spell: Spellings, canon: Any) -> bool:
-    """Whether a canonical next token after ``node`` spells the rest of ``text`` and more."""
-    rest = text[node.end : node.end + spell.longest]
-    return len(rest) < spell.longest and goes_on_longer(canon, node.pending, rest, spell)
+    def _runs_past(self, node: PlanNode) -> bool:
+        """Whether a canonical next token after ``node`` spells the rest of the text and more."""
+        spell = self.spell
+        rest = self.text[node.end : node.end + spell.longest]
+        return len(rest) < spell.longest and goes_on_longer(self.canon, node.pending, rest, spell)
 
 
 def _walk(tops: list[PlanNode], stop: int) -> Iterator[PlanNode]:

@@ -11,11 +11,15 @@ import asyncio
 import functools
 import math
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from genlm_core.bytes.byte_lm.lm_state import StatefulByteLM, _as_bytes, initial_token_ids
+from genlm_core.bytes.byte_lm.lm_state import (
+    CandidateStates,
+    _as_bytes,
+    advance_all,
+    initial_token_ids,
+)
 from genlm_core.bytes.byte_lm.params import _byte_strings
 from genlm_core.bytes.byte_lm.trie_state import TrieMode
 from genlm_core.bytes.errors import EmptyBeamError
@@ -28,8 +32,8 @@ from genlm_core.bytes.exact.trie_state import (
     ExactTrieState,
     shared_filter_async,
 )
-from genlm_core.bytes.probs import LazyByteProbs, check_byte, logsumexp, next_byte_logps
-from genlm_core.bytes.shared_tries import is_shared, locked, shared_async, shared_exact_trie_async
+from genlm_core.bytes.probs import LazyByteProbs, check_byte, next_byte_logps
+from genlm_core.bytes.shared_tries import locked, shared_async, shared_exact_trie_async
 from genlm_core.errors import InvalidTokenIdsError
 
 __all__ = ["ExactByteState"]
@@ -60,7 +64,7 @@ class _Shared:
             self.asked.popitem(last=False)
 
 
-class ExactByteState(StatefulByteLM):
+class ExactByteState(CandidateStates):
     """Every canonical tokenization covering the bytes read; build it with :meth:`initial`."""
 
     def __init__(self, states: list[ExactTrieState], shared: _Shared) -> None:
@@ -111,17 +115,6 @@ class ExactByteState(StatefulByteLM):
         await state.materialize()
         return cls([state] if state.weight > -math.inf else [], shared)
 
-    def __iter__(self) -> Iterator[ExactTrieState]:
-        return iter(self.states)
-
-    def __len__(self) -> int:
-        return len(self.states)
-
-    @functools.cached_property
-    def logZ(self) -> float:  # noqa: N802 - ByteBeamState's name
-        """``log q(bytes read)``: their exact log-probability (as a prefix of the text)."""
-        return logsumexp([s.weight for s in self.states])
-
     def prune(self) -> ExactByteState:
         """This state: nothing is pruned (kept for ``ByteBeamState``'s interface)."""
         return self
@@ -135,12 +128,8 @@ class ExactByteState(StatefulByteLM):
         """
         a = check_byte(a)
         self._check_nonempty()
-        known = [t for t in (s << a for s in self.states) if t is not None]
-        for state in await self.extend():
-            advanced = state << a
-            if advanced is not None:
-                known.append(advanced)
-        return ExactByteState(known, self.shared)
+        known = advance_all(self.states, a)
+        return ExactByteState(known + advance_all(await self.extend(), a), self.shared)
 
     async def logp_next(self) -> LazyByteProbs:
         """Exact log-probabilities of the next byte (0-255), EOT (256, -inf) and EOS (257).
@@ -256,12 +245,6 @@ class ExactByteState(StatefulByteLM):
                 return None
             current = current << b
         return current
-
-    async def cleanup(self) -> None:
-        """Stop the batching of a trie this state does not share (shared tries live on)."""
-        for trie in {id(s.trie): s.trie for s in self.states}.values():
-            if not is_shared(trie):
-                await trie.cleanup()
 
     def __repr__(self) -> str:
         lines = [f"Z: {self.logZ}", "Candidates:"]

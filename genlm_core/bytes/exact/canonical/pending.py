@@ -6,6 +6,8 @@ follows; the tokens after it are kept, with where each ends in characters.
 
 from __future__ import annotations
 
+from genlm_core.bytes.exact.canonical.tokens import utf8_length
+
 __all__ = ["EMPTY", "Pending", "missing_bytes"]
 
 
@@ -51,9 +53,7 @@ def _complete_prefix(data: bytes) -> tuple[str, bytes]:
 
 def missing_bytes(partial: bytes) -> int:
     """How many continuation bytes the character started by ``partial`` still needs."""
-    lead = partial[0]
-    size = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
-    return size - len(partial)
+    return utf8_length(partial[0]) - len(partial)
 
 
 #: The pending part of the empty context (just the start token).
