@@ -60,9 +60,6 @@ def tokenizer_name(tokenizer: Any) -> str:
     return str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
 
 
-# --- reading a fast (tokenizers-backed) tokenizer ---------------------------------------
-
-
 def _backend_of(tokenizer: Any) -> Any | None:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
@@ -249,9 +246,6 @@ def _from_fast(tokenizer: Any, backend: Any) -> RawByteVocab:
     raw = RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
     # With no decoder, tokenizers joins tokens with spaces: only the encoding can be checked.
     return _checked(tokenizer, raw, skip, decode_batch if decoder is not None else None, encode)
-
-
-# --- slow tokenizers and tiktoken -------------------------------------------------------
 
 
 def _from_sp_model(tokenizer: Any) -> RawByteVocab:
