@@ -40,7 +40,6 @@ class PrefixCachedLM(BatchedAsyncLM):
     """A :class:`~genlm_core.lm.BatchedAsyncLM` over an in-process model with a prefix cache.
 
     Args:
-        tokenizer: The model's tokenizer.
         model: The model (``None`` once released).
         kv_cache_bytes: Budget of the key/value store (0 turns prefix reuse off).
         max_batch_kv_bytes: Cap on one forward's keys and values.

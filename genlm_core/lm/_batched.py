@@ -43,7 +43,6 @@ class BatchedAsyncLM(AsyncLMBase):
     its own.
 
     Args:
-        tokenizer: See :class:`AsyncLMBase`.
         batch_size: Most requests per batch (default :attr:`default_batch_size`).
         max_wait: Seconds a batch may wait for more callers, counted from its first
             request (default 0: dispatch as soon as the event loop has no more runnable

@@ -135,12 +135,10 @@ def _added_texts(tokenizer: Any, backend: Any | None) -> dict[int, str]:
 def _layout(
     model_vocab: Mapping[str, int], added: Mapping[int, str]
 ) -> tuple[list[str], list[str | None], list[int]]:
-    """Lay pieces out by id.
+    """Lay pieces out by id: ``(model_texts, texts, holes)``.
 
-    Returns:
-        ``(model_texts, texts, holes)``: model pieces per id with ``""`` for added ids
-        and holes (the input of the byte conversion); the tokenizer's string per id
-        (added text wins, ``None`` at holes); the hole ids.
+    ``model_texts`` (the byte conversion's input) has ``""`` at added ids and holes;
+    ``texts``, the tokenizer's string per id, has added text, and ``None`` at holes.
     """
     max_model_id = max(model_vocab.values(), default=-1)
     size = max(max_model_id, max(added, default=-1)) + 1

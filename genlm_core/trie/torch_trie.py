@@ -64,9 +64,8 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def _split_rows(crow: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cut CSR rows longer than ``limit``: the first piece stays, the rest become new rows.
 
-    Returns:
-        ``(crow, entries, owners)``: the new row pointers (the N rows, then the pieces),
-        which old entry each new entry is, and the row each appended piece belongs to.
+    Returns ``(crow, entries, owners)``: the new row pointers (the N rows, then the pieces),
+    which old entry each new entry is, and the row each appended piece belongs to.
     """
     lengths = np.diff(crow)
     extra = np.maximum(0, (lengths - 1) // limit)  # pieces beyond the first
