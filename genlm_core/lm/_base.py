@@ -1,8 +1,4 @@
-"""AsyncLMBase: the base class of every backend.
-
-It decodes the vocabulary, validates token ids and adapters, and supplies the batch,
-prefix and sampling calls and the lifecycle, holding a ComputeGate and LoraAdapters.
-"""
+"""AsyncLMBase: the base class of every backend."""
 
 from __future__ import annotations
 

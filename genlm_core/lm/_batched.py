@@ -1,6 +1,5 @@
 """BatchedAsyncLM: an AsyncLMBase whose calls go through the shared batcher and caches.
 
-A backend implements ``compute_batch`` (and optionally ``compute_prefix_batch``);
 docs/architecture.md ("A request's path") names every step of a call in order.
 """
 

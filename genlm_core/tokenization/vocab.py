@@ -1,8 +1,4 @@
-"""``decode_vocab``: a tokenizer's vocabulary as ``Token`` bytes and display strings.
-
-``byte_vocab[i].token_id == i`` for every id of the logits; unused ids and ids past
-the tokenizer are empty tokens ``Token(i, b"")``.
-"""
+"""``decode_vocab``: a tokenizer's vocabulary as ``Token`` bytes and display strings."""
 
 from __future__ import annotations
 
