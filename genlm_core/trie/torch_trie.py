@@ -106,7 +106,6 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
     another order, so sums agree with it to that bound, not bit for bit.
 
     Args:
-        decode: The vocabulary; entry ``i`` gets weight ``ws[i]``.
         device: A torch device (``"cuda"``, ``"cuda:1"``, ``"cpu"``); default CUDA
             when available, else the CPU.
         dtype: Compute and result dtype (float32 by default; float64 for
