@@ -38,7 +38,7 @@ def genlm_register_backends(register: Callable[[BackendSpec], None]) -> None:
 
 @hookspec
 def genlm_register_tries(register: Callable[[TrieSpec], None]) -> None:
-    """Register this plugin's token tries: ``register`` a :class:`~.plugins.TrieSpec` each."""
+    """Register this plugin's token tries: one :class:`~genlm_core.plugins.TrieSpec` each."""
 
 
 @hookspec(firstresult=True)
