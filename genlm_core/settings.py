@@ -39,10 +39,9 @@ def default_backend() -> str | None:
 
 
 def plugin_selected(*names: str | None) -> tuple[bool, str]:
-    """Whether a plugin known by any of ``names`` passes the allow and deny lists.
+    """Whether a plugin known by any of ``names`` passes the allow and deny lists, and why not.
 
-    Returns:
-        ``(selected, why_not)``; ``why_not`` names the variable that excluded it.
+    ``why_not`` names the variable that excluded it.
     """
     keys = {_normalize(n) for n in names if n}
     allow = plugin_allow_list()

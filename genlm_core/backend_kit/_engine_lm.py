@@ -22,7 +22,6 @@ class EngineLM(BatchedAsyncLM):
     """A :class:`~genlm_core.lm.BatchedAsyncLM` whose batches run in an engine.
 
     Args:
-        tokenizer: The model's tokenizer.
         owns_engine: Whether :meth:`cleanup` shuts the engine down. Pass False to put
             several wrappers over one engine; the caller then shuts it down.
         **kwargs: The batching and cache options of

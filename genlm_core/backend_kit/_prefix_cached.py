@@ -40,7 +40,6 @@ class PrefixCachedLM(BatchedAsyncLM):
     """A :class:`~genlm_core.lm.BatchedAsyncLM` over an in-process model with a prefix cache.
 
     Args:
-        tokenizer: The model's tokenizer.
         model: The model (``None`` once released).
         kv_cache_bytes: Budget of the key/value store (0 turns prefix reuse off).
         max_batch_kv_bytes: Cap on one forward's keys and values.
@@ -88,8 +87,6 @@ class PrefixCachedLM(BatchedAsyncLM):
         """Whether prefix key/value reuse is on (see ``kv_reuse_off_reason`` otherwise)."""
         return not self.kv_reuse_off_reason
 
-    # -- the model's side ---------------------------------------------------------------
-
     @abstractmethod
     def _row(self, adapter: Any, token_ids: tuple[int, ...], *, first: int | None = None) -> Any:
         """A row of a forward: ``token_ids`` from the longest cached prefix before ``first``.
@@ -117,8 +114,6 @@ class PrefixCachedLM(BatchedAsyncLM):
     @abstractmethod
     def _activate(self, adapter: str | None) -> None:
         """Make the model compute with adapter ``adapter`` (an engine name; None: base)."""
-
-    # -- the computation -------------------------------------------------------------------
 
     def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
         """Log-probs for distinct requests: per adapter, cached pasts + batched forwards."""
@@ -188,8 +183,6 @@ class PrefixCachedLM(BatchedAsyncLM):
             self._activate(self.adapter_handle(req))
             return self._plain_logprobs(req.token_ids)
 
-    # -- adapters ----------------------------------------------------------------------------
-
     def load_adapter(self, adapter: LoraAdapter) -> str:
         """Load an adapter version under its unique engine name (the core's hook)."""
         self._load_weights(adapter)
@@ -200,8 +193,6 @@ class PrefixCachedLM(BatchedAsyncLM):
         if self.model is not None:
             self._delete_weights(handle)
         self.kv_cache.drop_adapter(handle)
-
-    # -- caches and lifecycle ------------------------------------------------------------------
 
     @property
     def kv_cache_stats(self) -> Any:

@@ -135,8 +135,6 @@ class PrefixTree(Generic[P]):
             **extra,
         )
 
-    # -- reading -------------------------------------------------------------------
-
     def match(
         self, adapter: Hashable, token_ids: Sequence[int], limit: int
     ) -> tuple[list[tuple[P, int, int]], int]:
@@ -173,8 +171,6 @@ class PrefixTree(Generic[P]):
             self.hit_tokens += reused
         else:
             self.misses += 1
-
-    # -- writing -------------------------------------------------------------------
 
     def locate(
         self, adapter: Hashable, token_ids: Sequence[int]
@@ -256,8 +252,6 @@ class PrefixTree(Generic[P]):
         move = self._lru.move_to_end
         for node in reversed(path):
             move(node)
-
-    # -- dropping ------------------------------------------------------------------
 
     def _drop_subtree(self, node: PrefixNode[P]) -> int:
         """Detach ``node`` and everything below it; return the number of nodes dropped."""

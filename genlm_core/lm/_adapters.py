@@ -55,13 +55,8 @@ class LoraAdapters:
     """A model's adapters: name -> (current version, the backend's handle).
 
     Reads are single dict lookups (safe from any thread); changes happen under the
-    model's exclusive access (``gate``), where the backend's hooks are called.
-
-    Args:
-        hooks: The model (its ``load_adapter`` and ``unload_adapter``).
-        gate: The model's :class:`~genlm_core.runtime.ComputeGate`.
-        supported: Whether the backend implements ``load_adapter``.
-        forget_outputs: Drops the cached rows of an adapter replaced or removed.
+    model's exclusive access (``gate``), where the backend's hooks (``hooks``, the model)
+    are called. ``forget_outputs`` drops the cached rows of an adapter replaced or removed.
     """
 
     def __init__(

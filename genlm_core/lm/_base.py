@@ -1,8 +1,4 @@
-"""AsyncLMBase: the base class of every backend.
-
-It decodes the vocabulary, validates token ids and adapters, and supplies the batch,
-prefix and sampling calls and the lifecycle, holding a ComputeGate and LoraAdapters.
-"""
+"""AsyncLMBase: the base class of every backend."""
 
 from __future__ import annotations
 
@@ -37,7 +33,8 @@ class AsyncLMBase(ABC):
 
     Subclasses implement :meth:`next_token_logprobs` and
     :meth:`next_token_logprobs_sync` (or subclass :class:`BatchedAsyncLM`), and
-    a ``from_name`` classmethod.
+    a ``from_name`` classmethod. A call's ``lora_name`` names an adapter added with
+    :meth:`add_new_lora`; None is the base model.
 
     Args:
         tokenizer: A Hugging Face tokenizer (or anything :func:`decode_vocab` accepts).
@@ -79,8 +76,6 @@ class AsyncLMBase(ABC):
         self._closed = False
         self._cleanup_lock = threading.RLock()  # a second cleanup returns once it is done
 
-    # -- contract ---------------------------------------------------------------
-
     @classmethod
     def from_name(cls, model_name: str, **opts: Any) -> AsyncLMBase:
         """Load a model by hub name or local directory. Backends override this."""
@@ -90,11 +85,7 @@ class AsyncLMBase(ABC):
     async def next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None
     ) -> torch.Tensor:
-        """Log-probabilities of the next token after ``token_ids``.
-
-        Args:
-            token_ids: The prompt as token ids (non-empty).
-            lora_name: A LoRA adapter added with :meth:`add_new_lora`; None is the base model.
+        """Log-probabilities of the next token after ``token_ids`` (non-empty).
 
         Returns:
             A float32 tensor of shape ``(len(byte_vocab),)`` with ``logsumexp == 0``, on
@@ -136,12 +127,7 @@ class AsyncLMBase(ABC):
 
         Row ``j`` equals ``next_token_logprobs(token_ids[: start + j + 1])``. This
         default batches the per-prefix calls; genlm-hf computes them in one forward.
-
-        Args:
-            token_ids: The sequence (non-empty).
-            lora_name: A LoRA adapter added with :meth:`add_new_lora`; None is the base model.
-            start: First position whose row is wanted (``0 <= start < len(token_ids)``);
-                a context already computed need not be again.
+        ``start`` (``0 <= start < len(token_ids)``) skips rows already computed.
 
         Returns:
             A float32 tensor on :attr:`row_device` of shape
@@ -177,8 +163,6 @@ class AsyncLMBase(ABC):
                 f"got {start!r}"
             )
         return PrefixRequest(req.token_ids, req.lora_name, int(start), req.generation)
-
-    # -- validation -------------------------------------------------------------
 
     @property
     def vocab_size(self) -> int:
@@ -235,8 +219,6 @@ class AsyncLMBase(ABC):
         """
         with self._gate.exclusive():
             yield
-
-    # -- LoRA adapters (kept by self._adapters) ---------------------------------------
 
     def add_new_lora(self, lora_path: str | os.PathLike[str], lora_name: str = "lora_1") -> None:
         """Load a LoRA adapter under ``lora_name``; select it per call with ``lora_name=``.
@@ -313,8 +295,6 @@ class AsyncLMBase(ABC):
     def _forget_adapter_outputs(self, lora_name: str) -> None:  # noqa: B027 - a hook
         """Drop cached outputs of adapter ``lora_name`` (replaced or removed). Default: none."""
 
-    # -- sampling (checks and draws: lm/_sampling.py) ----------------------------------
-
     async def sample(
         self,
         prompt_token_ids: Sequence[int],
@@ -324,18 +304,10 @@ class AsyncLMBase(ABC):
         seed: int | None = None,
         lora_name: str | None = None,
     ) -> list[int]:
-        """Sample a continuation token by token, stopping at an EOS id or ``max_tokens``.
+        """Sample continuation token ids, stopping at an EOS id or ``max_tokens`` (>= 0).
 
-        Args:
-            prompt_token_ids: The prompt.
-            max_tokens: Most tokens to generate (>= 0).
-            eos_token_ids: Ids that end the sample (not included in the result).
-            temperature: Logits are divided by it (> 0).
-            seed: Makes the sample reproducible.
-            lora_name: LoRA adapter, None for the base model.
-
-        Returns:
-            The generated token ids.
+        The EOS id is not included in the result. Logits are divided by ``temperature``
+        (> 0); a ``seed`` makes the sample reproducible.
         """
         prompt = list(self.make_request(prompt_token_ids, lora_name).token_ids)
         eos, generator = sampling_args(max_tokens, eos_token_ids, temperature, seed)
@@ -369,8 +341,6 @@ class AsyncLMBase(ABC):
             for i, ids in enumerate(prompt_token_ids_list)
         )
         return list(await asyncio.gather(*samples))
-
-    # -- lifecycle --------------------------------------------------------------
 
     def clear_cache(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Drop cached outputs. The base class caches nothing."""
@@ -421,7 +391,7 @@ class AsyncLMBase(ABC):
         await self.cleanup_async()
 
     def _release(self) -> None:
-        """Free backend resources (engine, caches), once; overrides call ``super()._release()``.
+        """Free backend resources once; overrides call ``super()._release()``.
 
         This unloads the adapters (one that fails is logged) and drops cached outputs.
         """

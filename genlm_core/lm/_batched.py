@@ -1,6 +1,5 @@
 """BatchedAsyncLM: an AsyncLMBase whose calls go through the shared batcher and caches.
 
-A backend implements ``compute_batch`` (and optionally ``compute_prefix_batch``);
 docs/architecture.md ("A request's path") names every step of a call in order.
 """
 
@@ -43,7 +42,6 @@ class BatchedAsyncLM(AsyncLMBase):
     its own.
 
     Args:
-        tokenizer: See :class:`AsyncLMBase`.
         batch_size: Most requests per batch (default :attr:`default_batch_size`).
         max_wait: Seconds a batch may wait for more callers, counted from its first
             request (default 0: dispatch as soon as the event loop has no more runnable
@@ -126,10 +124,7 @@ class BatchedAsyncLM(AsyncLMBase):
 
     @abstractmethod
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
-        """Compute log-probabilities for unique, validated requests (runs in a worker thread).
-
-        Args:
-            requests: Distinct ``Request(token_ids, lora_name)`` tuples.
+        """Compute log-probabilities for distinct, validated requests (in a worker thread).
 
         Returns:
             One float32 tensor of shape ``(len(byte_vocab),)`` on :attr:`row_device`
@@ -151,9 +146,6 @@ class BatchedAsyncLM(AsyncLMBase):
         Override it when the model can compute all positions of a sequence at once;
         :meth:`prefix_next_token_logprobs` then sends each sequence here whole. Runs in
         the worker thread; each row is cached under its prefix's :class:`Request`.
-
-        Args:
-            requests: Distinct ``PrefixRequest(token_ids, lora_name)``.
 
         Returns:
             Per request, one float32 tensor of shape ``(len(byte_vocab),)`` per prefix
@@ -206,15 +198,10 @@ class BatchedAsyncLM(AsyncLMBase):
     async def prefix_next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
     ) -> torch.Tensor:
-        """Next-token log-probabilities after every prefix, batched and cached.
+        """:meth:`AsyncLMBase.prefix_next_token_logprobs`, batched and cached.
 
-        Row ``j`` equals ``next_token_logprobs(token_ids[: start + j + 1])``. Cached rows
-        are not recomputed; the rest come from :meth:`compute_prefix_batch` in one
-        forward if overridden, else from :meth:`compute_batch`, one request a prefix.
-
-        Returns:
-            A float32 tensor on :attr:`row_device` of shape
-            ``(len(token_ids) - start, len(byte_vocab))``.
+        Cached rows are not recomputed; the rest come from :meth:`compute_prefix_batch`
+        in one forward if overridden, else from :meth:`compute_batch`, one request a prefix.
         """
         req, prefixes, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
@@ -306,10 +293,9 @@ class BatchedAsyncLM(AsyncLMBase):
         }
 
     def _free_row_bytes(self) -> int:
-        """How many bytes of free rows :attr:`row_pool` may keep.
+        """Free-row bytes :attr:`row_pool` may keep: the cache budget's unused part.
 
-        What the output cache's budget leaves unused, and at least one full batch (a
-        steady state's cache evicts a batch of rows per batch it adds).
+        At least one batch: a steady cache evicts a batch of rows per batch it adds.
         """
         row_bytes = self.row_pool.row_bytes
         one_batch = self.batch_size * row_bytes

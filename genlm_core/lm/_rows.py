@@ -26,11 +26,7 @@ Key = Request | PrefixRequest
 
 
 class RowComputation:
-    """The batch function of a :class:`~genlm_core.lm.BatchedAsyncLM`, and its counts.
-
-    It uses the model's backend methods, gate, adapters, row device, output cache and
-    row pool.
-    """
+    """The batch function of a :class:`~genlm_core.lm.BatchedAsyncLM`, and its counts."""
 
     def __init__(self, model: BatchedAsyncLM) -> None:
         self._model = model

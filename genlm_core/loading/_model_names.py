@@ -131,14 +131,10 @@ def _check_hub(name: str) -> None:
 
 
 def resolve_model_name(name: str) -> str:
-    """What a backend should load for ``name``: a local directory or a checked hub id.
+    """What a backend should load for ``name``: a local directory, or a hub id that can load.
 
-    Args:
-        name: A local directory, an embedded model's name
-            (``"smollm2-135m-instruct"``), or a hub id (``"openai-community/gpt2"``).
-
-    Returns:
-        A local directory path, or ``name`` itself when it is a hub id that can load.
+    ``name`` is a local directory, an embedded model's name (``"smollm2-135m-instruct"``),
+    or a hub id (``"openai-community/gpt2"``), returned as is.
 
     Raises:
         InvalidArgumentError: ``name`` is not a non-empty string.

@@ -38,12 +38,7 @@ def genlm_register_backends(register: Callable[[BackendSpec], None]) -> None:
 
 @hookspec
 def genlm_register_tries(register: Callable[[TrieSpec], None]) -> None:
-    """Register the token-trie implementations this plugin provides.
-
-    Args:
-        register: Call it with one :class:`~genlm_core.plugins.TrieSpec` per
-            implementation.
-    """
+    """Register this plugin's token tries: one :class:`~genlm_core.plugins.TrieSpec` each."""
 
 
 @hookspec(firstresult=True)
@@ -51,11 +46,8 @@ def genlm_select_backend(model_name: str, candidates: list[str]) -> str | None:
     """Override which backend ``load_model_by_name`` picks automatically.
 
     Called only when the user named no backend (no ``backend=``, no
-    ``GENLM_BACKEND``). The first non-None answer wins.
-
-    Args:
-        model_name: The model the user asked for.
-        candidates: Names of the available automatic backends, best first.
+    ``GENLM_BACKEND``). The first non-None answer wins. ``candidates`` are the
+    available automatic backends' names, best first.
 
     Returns:
         A backend name (it need not be in ``candidates``, but must be registered
@@ -70,9 +62,6 @@ def genlm_resolve_model_name(name: str) -> str | None:
     Asked by :func:`~genlm_core.loading.resolve_model_name` (which every official
     backend's ``from_name`` calls) for a name that is not an existing directory, before
     it is taken for a hub id. genlm-core's embedded models (``genlm_assets``) answer here.
-
-    Args:
-        name: The model name as the user wrote it.
 
     Returns:
         A local directory holding the model, or None when the name is not this

@@ -108,8 +108,6 @@ class AutoBatcher(Generic[K, R]):
         self._in_flight = 0  # batches handed to the thread and not yet finished
         self._stats = BatcherStats()  # counters, copied out by .stats
 
-    # -- public API ------------------------------------------------------------------
-
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` or :meth:`aclose` was called."""
@@ -207,8 +205,6 @@ class AutoBatcher(Generic[K, R]):
             f"adaptive={self.adaptive}>"
         )
 
-    # -- submitting (event-loop thread) -----------------------------------------------
-
     def _add(self, key: K, fut: asyncio.Future[R], loop: asyncio.AbstractEventLoop) -> None:
         """Register one caller's future for ``key``: share a pending one or queue the key."""
         self._stats.requests += 1
@@ -255,8 +251,6 @@ class AutoBatcher(Generic[K, R]):
         return BatcherClosedError(
             f"{self.name} is closed; create a new AutoBatcher (or a new model) to submit more"
         )
-
-    # -- the worker (event-loop thread) ------------------------------------------------
 
     async def _run(self, generation: int) -> None:
         loop = asyncio.get_running_loop()
@@ -425,8 +419,6 @@ class AutoBatcher(Generic[K, R]):
         self._worker = None
         self._wakeup = None
         self._in_flight = 0
-
-    # -- closing ---------------------------------------------------------------------
 
     def _close_on_loop(self) -> None:
         """Fail the queued requests (unless draining) and wake the worker to exit."""

@@ -15,9 +15,8 @@ __all__ = ["ComputeGate"]
 class ComputeGate:
     """Admits computations one at a time (or together) and exclusive changes alone.
 
-    Args:
-        concurrent: Let computations overlap (a thread-safe backend); they still never
-            overlap an exclusive section.
+    ``concurrent`` (a thread-safe backend) lets computations overlap; they still never
+    overlap an exclusive section.
     """
 
     def __init__(self, concurrent: bool = False) -> None:

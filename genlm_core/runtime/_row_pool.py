@@ -155,8 +155,6 @@ class RowPool:
             f"<RowPool width={self.width} dtype={self.dtype} free={s.free_rows} live={s.live_rows}>"
         )
 
-    # -- slots ---------------------------------------------------------------------
-
     def _take(self) -> np.ndarray:
         try:
             slot = self._free.pop()

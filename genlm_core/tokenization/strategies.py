@@ -60,9 +60,6 @@ def tokenizer_name(tokenizer: Any) -> str:
     return str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
 
 
-# --- reading a fast (tokenizers-backed) tokenizer ---------------------------------------
-
-
 def _backend_of(tokenizer: Any) -> Any | None:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
@@ -138,12 +135,10 @@ def _added_texts(tokenizer: Any, backend: Any | None) -> dict[int, str]:
 def _layout(
     model_vocab: Mapping[str, int], added: Mapping[int, str]
 ) -> tuple[list[str], list[str | None], list[int]]:
-    """Lay pieces out by id.
+    """Lay pieces out by id: ``(model_texts, texts, holes)``.
 
-    Returns:
-        ``(model_texts, texts, holes)``: model pieces per id with ``""`` for added ids
-        and holes (the input of the byte conversion); the tokenizer's string per id
-        (added text wins, ``None`` at holes); the hole ids.
+    ``model_texts`` (the byte conversion's input) has ``""`` at added ids and holes;
+    ``texts``, the tokenizer's string per id, has added text, and ``None`` at holes.
     """
     max_model_id = max(model_vocab.values(), default=-1)
     size = max(max_model_id, max(added, default=-1)) + 1
@@ -249,9 +244,6 @@ def _from_fast(tokenizer: Any, backend: Any) -> RawByteVocab:
     raw = RawByteVocab(byte_strings, texts, frozenset(added), holes, how)
     # With no decoder, tokenizers joins tokens with spaces: only the encoding can be checked.
     return _checked(tokenizer, raw, skip, decode_batch if decoder is not None else None, encode)
-
-
-# --- slow tokenizers and tiktoken -------------------------------------------------------
 
 
 def _from_sp_model(tokenizer: Any) -> RawByteVocab:

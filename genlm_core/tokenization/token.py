@@ -1,8 +1,4 @@
-"""``Token``: one vocabulary entry, a ``bytes`` that also knows its token id.
-
-As genlm-backend's ``Token``: equal, hashed and sorted by token id, since several ids
-may spell the same bytes.
-"""
+"""``Token``: one vocabulary entry, a ``bytes`` that also knows its token id."""
 
 from __future__ import annotations
 
@@ -17,13 +13,13 @@ __all__ = ["Token", "tokens_from_bytes"]
 class Token(bytes):
     """A vocabulary token: its byte string, plus the id the model knows it by.
 
-    Between two Tokens, ``==``, ``hash`` and ordering use ``token_id``; against plain
-    ``bytes``, comparisons fall back to the byte content (``Token(5, b"a") == b"a"``).
-    As in genlm-backend, ``hash`` is always the id's, so a set or dict key should hold
-    either Tokens or plain bytes, not a mix (use :meth:`as_bytes` to normalize).
+    Between two Tokens, ``==``, ``hash`` and ordering use ``token_id`` (several ids may
+    spell the same bytes); against plain ``bytes``, comparisons fall back to the byte
+    content (``Token(5, b"a") == b"a"``). As in genlm-backend, ``hash`` is always the
+    id's, so a set or dict key should hold either Tokens or plain bytes, not a mix (use
+    :meth:`as_bytes` to normalize).
 
-    Built as ``Token(token_id, byte_string)``: the token's id (its index in the model's
-    logits) and the bytes it stands for.
+    Built as ``Token(token_id, byte_string)``; the id is the token's index in the logits.
 
     Raises:
         TypeError: ``token_id`` is not an int or ``byte_string`` is not bytes.

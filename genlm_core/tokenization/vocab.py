@@ -1,8 +1,4 @@
-"""``decode_vocab``: a tokenizer's vocabulary as ``Token`` bytes and display strings.
-
-``byte_vocab[i].token_id == i`` for every id of the logits; unused ids and ids past
-the tokenizer are empty tokens ``Token(i, b"")``.
-"""
+"""``decode_vocab``: a tokenizer's vocabulary as ``Token`` bytes and display strings."""
 
 from __future__ import annotations
 
@@ -63,7 +59,7 @@ def bytes_to_strs(
     tokenizer: Any,
     byte2str_fallback: str = "tokenizer",
 ) -> list[str]:
-    """Display strings for byte strings: UTF-8 where valid, else the chosen fallback.
+    """One display string per id (ids may share one): UTF-8 where valid, else the fallback.
 
     Args:
         byte_strings: Bytes per token id.
@@ -74,9 +70,6 @@ def bytes_to_strs(
             tokenizer's own token string, e.g. ``"âĢ"`` for a byte-level token; GPT-2's
             byte alphabet when the tokenizer has no string form, as with tiktoken),
             ``"latin1"`` (one character per byte), ``"replace"`` (U+FFFD for bad bytes).
-
-    Returns:
-        One string per id. Different ids may get the same string.
     """
     strings = [b.decode("utf-8", "surrogateescape") for b in byte_strings]
     for i in _undecodable_ids(strings):

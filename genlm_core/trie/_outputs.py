@@ -21,12 +21,10 @@ KEPT_SIZES = 2
 
 
 class BatchOutputs:
-    """Hands out ``(batch, width)`` arrays whose memory is recycled.
+    """Hands out ``(batch, width)`` arrays of ``dtype`` whose memory is recycled.
 
-    Args:
-        width: Values per row (the trie's node count).
-        dtype: Element type.
-        allocate: Makes a new block's memory (see :class:`~genlm_core.runtime.RowPool`).
+    ``width`` is the trie's node count; ``allocate`` makes a new block's memory (see
+    :class:`~genlm_core.runtime.RowPool`).
     """
 
     def __init__(

@@ -41,10 +41,9 @@ class FlatTrie:
         return {leaf: word for word, leaf in self.word2leaf.items()}
 
     def visualize(self, ws: Any = None) -> Any:
-        """A ``graphviz.Digraph`` of the trie (needs ``pip install graphviz``).
+        """A ``graphviz.Digraph`` of the trie, showing node values ``ws`` if given.
 
-        Args:
-            ws: Optional node-indexed values to show, e.g. ``weight_sum``'s result.
+        ``ws`` is node-indexed, e.g. ``weight_sum``'s result. Needs ``pip install graphviz``.
         """
         from genlm_core.trie.visualize import visualize
 
@@ -121,8 +120,7 @@ class CharacterTrieBase(FlatTrie):
     def batch_weight_sum(self, ws: Any) -> np.ndarray:
         """:meth:`weight_sum` of a batch, computed together: shape ``(batch, len(children))``.
 
-        Args:
-            ws: Shape ``(batch, len(decode))``, or a sequence of weight vectors.
+        ``ws`` has shape ``(batch, len(decode))``, or is a sequence of weight vectors.
         """
         return self._many("sum", "weight_sum", ws)
 

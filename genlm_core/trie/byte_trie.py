@@ -160,8 +160,7 @@ class TokenByteTrie(FlatTrie):
     def batch_weight_sum(self, ws: Any, mode: TrieMode | None = None) -> torch.Tensor:
         """:meth:`weight_sum` of a batch, shape ``(batch, len(decode))`` or a list of vectors.
 
-        Returns:
-            Float32 tensor of shape ``(batch, num_nodes)``.
+        Returns a float32 tensor of shape ``(batch, num_nodes)``.
         """
         mode = mode or TrieMode.WITHOUT_EOS
         arr = as_batch(ws, len(self.decode), "weight_sum")

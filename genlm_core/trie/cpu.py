@@ -56,7 +56,6 @@ class ParallelTokenCharacterTrie(TokenCharacterTrie):
     ``device="cuda"`` it returns a :class:`~genlm_core.trie.torch_trie.TorchTokenCharacterTrie`.
 
     Args:
-        decode: The vocabulary; entry ``i`` gets weight ``ws[i]``.
         device: ``None`` (a CUDA GPU if torch sees one, else the CPU), ``"cpu"`` or
             ``"cuda"``.
 

@@ -64,9 +64,8 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def _split_rows(crow: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cut CSR rows longer than ``limit``: the first piece stays, the rest become new rows.
 
-    Returns:
-        ``(crow, entries, owners)``: the new row pointers (the N rows, then the pieces),
-        which old entry each new entry is, and the row each appended piece belongs to.
+    Returns ``(crow, entries, owners)``: the new row pointers (the N rows, then the pieces),
+    which old entry each new entry is, and the row each appended piece belongs to.
     """
     lengths = np.diff(crow)
     extra = np.maximum(0, (lengths - 1) // limit)  # pieces beyond the first
@@ -107,7 +106,6 @@ class TorchTokenCharacterTrie(CharacterTrieBase):
     another order, so sums agree with it to that bound, not bit for bit.
 
     Args:
-        decode: The vocabulary; entry ``i`` gets weight ``ws[i]``.
         device: A torch device (``"cuda"``, ``"cuda:1"``, ``"cpu"``); default CUDA
             when available, else the CPU.
         dtype: Compute and result dtype (float32 by default; float64 for

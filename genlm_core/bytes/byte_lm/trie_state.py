@@ -28,7 +28,6 @@ class LazyTrieState:
     Args:
         lm_state: The token context (a ``StatefulTokenizedLM``).
         trie: The ``AsyncTokenByteTrie`` of the model's vocabulary.
-        node: The current trie node.
         weight: Log-probability of the bytes read along this tokenization.
         mass: Log-masses of every trie node under the context's distribution, if known.
         mode: ``TrieMode.WITH_EOS`` (EOS tokens count at the EOS node) or ``WITHOUT_EOS``.
