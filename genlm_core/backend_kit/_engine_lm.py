@@ -15,8 +15,6 @@ from genlm_core.errors import InvalidArgumentError
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter
 from genlm_core.loading import merge_engine_options, resolve_model_name
 
-__all__ = ["EngineLM"]
-
 
 class EngineLM(BatchedAsyncLM):
     """A :class:`~genlm_core.lm.BatchedAsyncLM` whose batches run in an engine.

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-__all__ = ["PlannedRow", "plan_groups", "shared_prefixes"]
-
 
 class PlannedRow(Protocol):
     """A prompt of a batch: its tokens and how many leading positions are cached."""

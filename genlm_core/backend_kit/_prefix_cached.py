@@ -20,14 +20,6 @@ from genlm_core.compat import model_methods as _compat
 from genlm_core.errors import ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 
-__all__ = [
-    "DEFAULT_KV_CACHE_BYTES",
-    "DEFAULT_MAX_BATCH_KV_BYTES",
-    "MIN_SHARED",
-    "PrefixCachedLM",
-    "max_positions_of",
-]
-
 #: Default budget of a prefix-cached backend's keys and values (bytes).
 DEFAULT_KV_CACHE_BYTES = 1 << 30
 #: Default cap on one forward's keys and values (bytes); bigger batches are split.

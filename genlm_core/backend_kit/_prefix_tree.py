@@ -13,8 +13,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-__all__ = ["PrefixCacheStats", "PrefixNode", "PrefixTree"]
-
 P = TypeVar("P")
 
 

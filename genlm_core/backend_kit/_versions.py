@@ -7,8 +7,6 @@ import os
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-__all__ = ["require_pieces", "require_version", "version_supported"]
-
 
 def version_supported(installed: str, supported: str, allow_env: str) -> bool:
     """Whether ``installed`` falls in the PEP 440 range ``supported``, or ``allow_env=1``.

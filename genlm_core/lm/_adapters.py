@@ -22,8 +22,6 @@ from genlm_core.runtime import ComputeGate, RequestFailure
 if TYPE_CHECKING:
     from genlm_core.lm._base import AsyncLMBase
 
-__all__ = ["LoraAdapter", "LoraAdapters", "short_ids"]
-
 log = logging.getLogger(__name__)
 
 # Generation numbers: process-wide, never reused (0 is the base model).

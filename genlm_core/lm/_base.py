@@ -25,8 +25,6 @@ from genlm_core.lm._sampling import draw, sampling_args
 from genlm_core.runtime import ComputeGate
 from genlm_core.tokenization import Token, decode_vocab
 
-__all__ = ["AsyncLMBase"]
-
 
 class AsyncLMBase(ABC):
     """Base class for backends: vocabulary, validation, sampling and lifecycle.

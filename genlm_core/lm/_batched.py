@@ -21,8 +21,6 @@ from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.lm._rows import RowComputation, raise_failures
 from genlm_core.runtime import LoopBatchers, OutputCache, RowPool, process_trimmer, trimming_wanted
 
-__all__ = ["DEFAULT_CACHE_BYTES", "BatchedAsyncLM"]
-
 #: Default byte budget of :class:`BatchedAsyncLM`'s output cache (256 MiB). An entry
 #: bound alone would let memory grow with the vocabulary: 4096 rows are 0.8 GiB for
 #: GPT-2's 50k tokens, 2 GiB for Llama-3's 128k.

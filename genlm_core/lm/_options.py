@@ -13,15 +13,6 @@ from typing import Any
 
 from genlm_core.errors import InvalidOptionError
 
-__all__ = [
-    "accepted_options",
-    "check_options",
-    "defaulted",
-    "forwards",
-    "option_levels",
-    "unknown_option_error",
-]
-
 KEYWORDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 

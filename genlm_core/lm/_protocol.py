@@ -9,8 +9,6 @@ import torch
 
 from genlm_core.tokenization import Token
 
-__all__ = ["AsyncLM"]
-
 
 @runtime_checkable
 class AsyncLM(Protocol):

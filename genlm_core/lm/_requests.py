@@ -12,15 +12,6 @@ import torch
 from genlm_core._validation import is_integer
 from genlm_core.errors import InvalidTokenIdsError
 
-__all__ = [
-    "LONG_PROMPT",
-    "LongTokenIds",
-    "PrefixRequest",
-    "Request",
-    "checked_token_ids",
-    "token_ids_key",
-]
-
 #: Prompts of at least this many tokens keep their hash (see :class:`LongTokenIds`).
 LONG_PROMPT = 256
 

@@ -20,8 +20,6 @@ from genlm_core.runtime import RequestFailure
 if TYPE_CHECKING:
     from genlm_core.lm._batched import BatchedAsyncLM
 
-__all__ = ["RowComputation", "private", "private_rows", "raise_failures"]
-
 Key = Request | PrefixRequest
 
 

@@ -9,8 +9,6 @@ import torch
 
 from genlm_core._validation import is_int_at_least, is_integer
 
-__all__ = ["draw", "sampling_args"]
-
 
 def sampling_args(
     max_tokens: int, eos_token_ids: Iterable[int], temperature: float, seed: int | None

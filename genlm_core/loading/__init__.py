@@ -6,12 +6,12 @@ what a backend loads; :func:`describe_options` lists a loader's options.
 
 from __future__ import annotations
 
+from genlm_core.lm._options import accepted_options
 from genlm_core.loading._load import list_backends, load_model_by_name, resolve_backend
 from genlm_core.loading._model_names import cached_snapshot, embedded_model, resolve_model_name
 from genlm_core.loading._options import (
     DTYPES,
     Option,
-    accepted_options,
     check_dtype,
     describe_options,
     merge_engine_options,

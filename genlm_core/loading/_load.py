@@ -10,13 +10,11 @@ from typing import Any
 
 from genlm_core import settings
 from genlm_core.errors import BackendContractError, NoBackendAvailableError
-from genlm_core.loading._options import check_options
+from genlm_core.lm._options import check_options
 from genlm_core.plugins import official
 from genlm_core.plugins.manager import GenlmPluginManager, get_plugin_manager
 from genlm_core.plugins.registry import BackendRegistry, Registered
 from genlm_core.plugins.specs import BackendSpec
-
-__all__ = ["list_backends", "load_model_by_name", "resolve_backend"]
 
 log = logging.getLogger(__name__)
 

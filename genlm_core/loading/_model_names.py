@@ -11,8 +11,6 @@ from pathlib import Path
 
 from genlm_core.errors import InvalidArgumentError, ModelNotFoundError
 
-__all__ = ["HUB_PROBE_TIMEOUT_S", "cached_snapshot", "embedded_model", "resolve_model_name"]
-
 #: Seconds to wait for the hub's answer before calling it unreachable.
 HUB_PROBE_TIMEOUT_S = 10.0
 _TRUE = {"1", "true", "yes", "on"}

@@ -13,22 +13,10 @@ from typing import Any
 
 from genlm_core.errors import InvalidArgumentError
 from genlm_core.lm._options import (
-    accepted_options,
-    check_options,
     defaulted,
     forwards,
     option_levels,
 )
-
-__all__ = [
-    "DTYPES",
-    "Option",
-    "accepted_options",
-    "describe_options",
-    "check_dtype",
-    "check_options",
-    "merge_engine_options",
-]
 
 #: What every backend's ``dtype=`` option accepts ("auto": the checkpoint's own dtype).
 DTYPES = ("auto", "float32", "bfloat16", "float16")

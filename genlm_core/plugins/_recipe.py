@@ -11,8 +11,6 @@ import tomllib
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["FILE", "Recipe", "Rule", "load"]
-
 #: The recipe's file name in each official plugin's import package.
 FILE = "install.toml"
 _CONDITIONS = ("gpus", "system", "machine")

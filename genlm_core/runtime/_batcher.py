@@ -20,14 +20,11 @@ from genlm_core._validation import is_int_at_least, is_seconds
 from genlm_core.errors import BatcherClosedError, BatcherLoopError, BatchSizeMismatchError
 from genlm_core.runtime._outcomes import (
     BatcherStats,
-    RequestFailure,
     fail_waiting,
     failure_of,
     resolve,
 )
 from genlm_core.runtime._worker import WorkerThread
-
-__all__ = ["AutoBatcher", "BatcherStats", "RequestFailure"]
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")

@@ -15,8 +15,6 @@ from typing import Any
 
 from genlm_core._validation import is_int_at_least
 
-__all__ = ["OutputCache", "key_nbytes", "nbytes_of"]
-
 _MISSING = object()
 
 

@@ -9,8 +9,6 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
-__all__ = ["ComputeGate"]
-
 
 class ComputeGate:
     """Admits computations one at a time (or together) and exclusive changes alone.

@@ -13,8 +13,6 @@ import time
 
 from genlm_core import settings
 
-__all__ = ["HeapTrimmer", "process_trimmer", "trim_heap", "trimming_wanted"]
-
 
 def _load_malloc_trim():
     if not sys.platform.startswith("linux"):

@@ -6,8 +6,6 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["BatcherStats", "RequestFailure", "fail_waiting", "failure_of", "resolve"]
-
 
 class RequestFailure:
     """What ``batch_fn`` returns for a key that failed on its own: its callers get ``error``.

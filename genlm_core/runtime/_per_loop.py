@@ -11,8 +11,6 @@ from typing import Any
 from genlm_core.runtime._batcher import AutoBatcher
 from genlm_core.runtime._worker import WorkerThread
 
-__all__ = ["LoopBatchers"]
-
 
 class LoopBatchers:
     """The batchers of one batch function, one per event loop it is used from.

@@ -18,8 +18,6 @@ import torch
 
 from genlm_core._validation import is_int_at_least
 
-__all__ = ["RowPool", "RowPoolStats"]
-
 
 @dataclasses.dataclass(frozen=True)
 class RowPoolStats:

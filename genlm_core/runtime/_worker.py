@@ -11,8 +11,6 @@ from typing import Any
 
 from genlm_core.errors import BatcherClosedError, WorkerInitError
 
-__all__ = ["WorkerThread"]
-
 
 class WorkerThread:
     """A daemon thread that runs batches one at a time, in order, for one or more batchers.

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["MassPlan", "TrieArrays", "build_trie_arrays", "plan_masses"]
-
 
 @dataclass(frozen=True)
 class MassPlan:

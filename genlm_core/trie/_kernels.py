@@ -19,8 +19,6 @@ import numpy as np
 if TYPE_CHECKING:
     from genlm_core.trie._build import MassPlan
 
-__all__ = ["fill", "fill_batch"]
-
 
 @numba.njit(cache=True, nogil=True)
 def _fill_row(

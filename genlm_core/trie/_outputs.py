@@ -14,8 +14,6 @@ import numpy as np
 
 from genlm_core.runtime import RowPool
 
-__all__ = ["BatchOutputs"]
-
 #: Batch sizes whose pools are kept at once.
 KEPT_SIZES = 2
 
