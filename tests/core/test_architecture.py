@@ -3,7 +3,8 @@
 Issue 29's bars: every backend class has at most four classes of ours in its method
 resolution order (what it holds, adapters, row handling, sampling, is composed, not
 inherited); the contract (``genlm_core/lm``) imports nothing from ``genlm_core/loading``;
-no source file of the core or of a plugin is over 500 lines.
+no source file of the core or of a plugin is over 500 lines; the core without its
+``testing/`` package is at most 15,000 lines.
 
 The engines of vllm, mlx and sgl are not installed here, so each class's own bases are
 read from its source and resolved through its ``from genlm_core... import`` lines; a
@@ -22,6 +23,7 @@ from session_requires import require
 ROOT = Path(__file__).resolve().parents[2]
 MAX_OURS = 4
 MAX_LINES = 500
+MAX_CORE_LINES = 15_000
 
 #: Every backend class: its source file, its name, and the module it imports as.
 BACKENDS = [
@@ -102,3 +104,16 @@ def test_no_source_file_is_over_500_lines() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"split these modules (at most {MAX_LINES} lines each): {long}"
+
+
+def test_the_core_without_testing_is_at_most_15000_lines() -> None:
+    sources = [p for p in ROOT.glob("genlm_core/**/*.py") if "testing" not in p.parts]
+    per_package: dict[str, int] = {}
+    for p in sources:
+        package = p.relative_to(ROOT / "genlm_core").parts[0].removesuffix(".py")
+        per_package[package] = per_package.get(package, 0) + len(p.read_text().splitlines())
+    total = sum(per_package.values())
+    assert total <= MAX_CORE_LINES, (
+        f"genlm_core without testing/ is {total} lines (at most {MAX_CORE_LINES}): "
+        f"a feature that is not core belongs in a plugin; per package: {per_package}"
+    )
