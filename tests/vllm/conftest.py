@@ -16,6 +16,7 @@ random Llama, tiny-llama-spm's tokenizer) with 2 heads of 32.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -141,3 +142,12 @@ def hf_reference(model_paths) -> Callable[[str], Any]:
     yield get
     for lm in loaded.values():
         lm.cleanup()
+
+
+@pytest.fixture
+def live(engines):
+    """The tiny engine's model, no cache, with no live context left from an earlier test."""
+    lm = engines("tiny").lm(cache_size=0)
+    asyncio.run(lm.release_all())
+    yield lm
+    lm.cleanup()

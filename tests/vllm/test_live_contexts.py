@@ -37,14 +37,6 @@ async def assert_rows_match(lm, hf, contexts, lora_name=None) -> None:
         assert max_err(row, ref[i]) < ATOL, (i, contexts[i][-5:])
 
 
-@pytest.fixture
-def live(engines):
-    lm = engines("tiny").lm(cache_size=0)
-    asyncio.run(lm.release_all())
-    yield lm
-    lm.cleanup()
-
-
 async def test_extension_sends_one_token_and_matches_hf(live, hf_reference):
     lm, hf = live, hf_reference("tiny")
     runner = lm._live

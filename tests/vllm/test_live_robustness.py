@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from processes import engine_processes
 from session_requires import require
 
 require("vllm", reason="vLLM is not installed (nox -s vllm installs it)")
@@ -58,34 +59,11 @@ async def wait_until(condition, timeout: float = HANG_S) -> None:
 
 def start_engine(vllm, path: str):
     """An engine of this test's own (it is shut down); the processes it started."""
-    before = children()
+    before = engine_processes()
     llm = vllm.LLM(model=path, max_logprobs=-1, enable_prefix_caching=True, **ENGINE_OPTS)
-    started = children() - before
+    started = engine_processes() - before
     assert started, "vLLM started no engine process"
     return llm, started
-
-
-def children() -> set[int]:
-    """Live descendant processes (vLLM's engine core), Python's resource tracker aside."""
-    pids = set()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if any("resource_tracker" in part for part in child.cmdline()):
-                continue
-        except psutil.NoSuchProcess:
-            continue
-        pids.add(child.pid)
-    return pids
-
-
-@pytest.fixture
-def live(engines):
-    lm = engines("tiny").lm(cache_size=0)
-    asyncio.run(lm.release_all())
-    yield lm
-    lm.cleanup()
 
 
 # -- cleanup while contexts are live and callers wait ------------------------------------
@@ -129,7 +107,7 @@ async def test_cleanup_mid_decode_fails_every_waiting_caller(model_paths, where)
         outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), HANG_S)
         assert all(isinstance(o, ModelClosedError) for o in outcomes), outcomes
         assert lm.closed and lm.llm is None
-        assert not (children() & started), "the engine process survived cleanup()"
+        assert not (engine_processes() & started), "the engine process survived cleanup()"
         assert not runner.capture._watched, "requests still watched after the engine stopped"
         with pytest.raises(ModelClosedError):
             await lm.next_token_logprobs([1, 5])
@@ -158,7 +136,7 @@ async def test_cleanup_after_the_engine_process_died(model_paths):
         await asyncio.wait_for(asyncio.to_thread(lm.cleanup), HANG_S)
         assert lm.closed and lm.llm is None
         assert len(runner.table) == 0 and not runner.capture._watched
-        await wait_until(lambda: not (children() & started))
+        await wait_until(lambda: not (engine_processes() & started))
         with pytest.raises(ModelClosedError):
             await lm.next_token_logprobs([1, 5])
     finally:

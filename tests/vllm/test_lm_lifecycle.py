@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from processes import engine_processes
 from session_requires import require
 
 require("vllm", reason="vLLM is not installed (nox -s vllm installs it)")
 
-import psutil  # noqa: E402 - a vLLM dependency
 
 from genlm_core import load_model_by_name  # noqa: E402
 from genlm_core.errors import InvalidArgumentError, ModelClosedError  # noqa: E402
@@ -19,25 +19,6 @@ from genlm_vllm.lm import AsyncVirtualLM  # noqa: E402
 pytestmark = pytest.mark.filterwarnings(
     "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
 )
-
-
-def engine_processes() -> set[int]:
-    """Live descendant processes of this one: vLLM's engine core and workers.
-
-    Python's multiprocessing resource tracker, which vLLM's first start spawns and
-    which lives as long as this interpreter, is not counted.
-    """
-    pids = set()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if any("resource_tracker" in part for part in child.cmdline()):
-                continue
-        except psutil.NoSuchProcess:
-            continue
-        pids.add(child.pid)
-    return pids
 
 
 async def test_load_by_name_then_cleanup_stops_the_engine(model_paths):
