@@ -293,6 +293,7 @@ BENCH_STACKS = {
         "bench_hf",
         "bench_bytes",
         "bench_long_texts",
+        "bench_long_documents",
         "bench_first_byte",
     ),
     "mlx": ("bench_mlx",),

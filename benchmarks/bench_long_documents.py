@@ -47,7 +47,7 @@ PROSE = (
 )
 CODE = (
     "def step_{i}(state: dict[str, float], x: float) -> float:\n"
-    "    \"\"\"Advance the state by one tick ({i} of {j}).\"\"\"\n"
+    '    """Advance the state by one tick ({i} of {j})."""\n'
     "    if x <= 0 or state.get('rate', 1e-3) > {k}:\n"
     "        return state['value'] * 0x{i:04x} + x ** 2 - f(x, y={j})\n"
     "    return sum(v for v in state.values() if v != {k})  # TODO: vectorise\n\n"

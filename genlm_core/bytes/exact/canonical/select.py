@@ -1,9 +1,10 @@
-"""``canonical_filter``: the filter of a tokenizer's family (SentencePiece BPE or byte-level)."""
+"""``canonical_filter``: the filter of a tokenizer's family, with its added tokens."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from genlm_core.bytes.exact.canonical.added import with_added_tokens
 from genlm_core.bytes.exact.canonical.filter import CanonicalFilter
 from genlm_core.bytes.exact.canonical.sentencepiece import SentencePieceFilter
 from genlm_core.bytes.exact.canonical.sentencepiece_spec import is_sentencepiece
@@ -11,10 +12,10 @@ from genlm_core.bytes.exact.canonical.sentencepiece_spec import is_sentencepiece
 __all__ = ["canonical_filter"]
 
 
-def canonical_filter(
-    tokenizer: Any, byte_vocab: list[Any]
-) -> CanonicalFilter | SentencePieceFilter:
-    """The canonical filter of ``tokenizer``'s family (see module doc)."""
+def canonical_filter(tokenizer: Any, byte_vocab: list[Any]) -> Any:
+    """The canonical filter of ``tokenizer``: its BPE family's, within its added-token cuts."""
     if is_sentencepiece(tokenizer):
-        return SentencePieceFilter(tokenizer, byte_vocab)
-    return CanonicalFilter(tokenizer, byte_vocab)
+        inner: Any = SentencePieceFilter(tokenizer, byte_vocab)
+    else:
+        inner = CanonicalFilter(tokenizer, byte_vocab)
+    return with_added_tokens(inner, tokenizer)
