@@ -23,7 +23,6 @@ from genlm_core.bytes.errors import CanonicalityUnsupportedError
 from genlm_core.bytes.exact.canonical.added_split import AddedSplit, Content, read_added
 from genlm_core.bytes.exact.canonical.pending import EMPTY
 from genlm_core.bytes.exact.canonical.spec import backend_tokenizer, tokenizer_name
-from genlm_core.bytes.exact.canonical.tokenizer_json import read_tokenizer_json
 
 __all__ = ["AddedPending", "AddedTokensFilter", "with_added_tokens"]
 
@@ -239,10 +238,9 @@ def with_added_tokens(inner: Any, tokenizer: Any) -> Any:
         CanonicalityUnsupportedError: An added token the emulation does not cover.
     """
     backend = backend_tokenizer(tokenizer)
-    config = read_tokenizer_json(tokenizer, backend)
-    normalizer = config.get("normalizer")
-    plain = normalizer is None or normalizer == {"type": "Sequence", "normalizers": []}
     sentencepiece = hasattr(inner, "byte_of")
+    # the inner filter has read the normalizer: none (or an empty Sequence) leaves text as is
+    plain = not sentencepiece and inner.spec.normalizer is None
     name = tokenizer_name(tokenizer)
     # SentencePiece texts never hold a literal "▁" (it is their space): such contents never match
     writable = (lambda c: "\u2581" not in c) if sentencepiece else (lambda c: True)
