@@ -21,13 +21,17 @@ LOOKAHEAD_BYTES = 256
 #: Budget of one model call: bytes of rows returned, and token ids asked for.
 CALL_ROW_BYTES = 32 * 2**20
 CALL_TOKEN_IDS = 2 * 2**20
+#: Whether a settled context reads on by the filter's ``settled_run`` (off: byte by byte).
+SETTLED_RUNS = True
 
 
 class PlanNode:
     """A canonical context met while reading, ending at offset ``end`` of the text.
 
     Its token ids are ``prefix + tail`` (``prefix`` shared); ``logp`` is set once its
-    parent's row is read; roots have ``partial``, their current token's bytes.
+    parent's row is read; roots have ``partial``, their current token's bytes. Inside a
+    settled run, away from the text's end, ``pending`` is None: never grown (its one child
+    is known), never a final candidate.
     """
 
     __slots__ = (
@@ -123,6 +127,7 @@ class _Windows:
     ) -> None:
         self.roots, self.text, self.spell, self.canon = roots, text, spell, canon
         self.window, self.ahead = window, ahead
+        self.runs = getattr(canon, "settled_run", None) if SETTLED_RUNS else None
         self.by_end: dict[int, list[PlanNode]] = {}
         self.grown_to = 0  # the nodes ending before this offset have their children
         self.start = 0
@@ -177,6 +182,8 @@ class _Windows:
     def _grow(self, node: PlanNode, partial: bytes) -> None:
         """Add ``node``'s children: canonical tokens ending inside the text that can go on."""
         text, spell, canon = self.text, self.spell, self.canon
+        if node.children or (not partial and self.runs and self._run(node)):
+            return  # a settled run's node, or one starting one
         start = max(node.end, 0)
         first = start if partial else start + 1  # a read partial token may end right here
         for stop in range(first, min(len(text), start + spell.longest) + 1):
@@ -194,6 +201,22 @@ class _Windows:
                     )
                     node.children.append(child)
                     self.by_end.setdefault(stop, []).append(child)
+
+    def _run(self, node: PlanNode) -> bool:
+        """Add the chain ``canon.settled_run`` offers after ``node`` (pendings near the end)."""
+        n, canon = len(self.text), self.canon
+        stop = min(n, node.end + self.window + self.ahead)
+        run = self.runs(self.text, node.end, node.pending, stop) if stop > node.end else None
+        tail = stop > n - self.spell.longest
+        for k, token in enumerate(run[0] if run else ()):
+            end = node.end + len(canon.byte_vocab[token])
+            last = run[1] if k == len(run[0]) - 1 else None
+            pending = canon.extend(node.pending, token) if tail else last
+            child = PlanNode(node.prefix, (*node.tail, token), pending, end, node, token)
+            node.children.append(child)
+            self.by_end.setdefault(end, []).append(child)
+            node = child
+        return bool(run)
 
     def _prune(self) -> None:
         """Mark the nodes from the window's start on that cannot read on (those not grown may)."""
