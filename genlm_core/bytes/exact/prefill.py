@@ -23,15 +23,16 @@ CALL_ROW_BYTES = 32 * 2**20
 CALL_TOKEN_IDS = 2 * 2**20
 #: Whether a settled context reads on by the filter's ``settled_run`` (off: byte by byte).
 SETTLED_RUNS = True
+#: Next tokens checked one by one near the text's end (a mask needs tables it often lacks).
+END_CHECKS = 8192
 
 
 class PlanNode:
     """A canonical context met while reading, ending at offset ``end`` of the text.
 
     Its token ids are ``prefix + tail`` (``prefix`` shared); ``logp`` is set once its
-    parent's row is read; roots have ``partial``, their current token's bytes. Inside a
-    settled run, away from the text's end, ``pending`` is None: never grown (its one child
-    is known), never a final candidate.
+    parent's row is read; roots have ``partial``, their current token's bytes; inside a
+    settled run, away from the text's end, ``pending`` is None (never grown nor final).
     """
 
     __slots__ = (
@@ -195,7 +196,7 @@ class _Windows:
                 pending = canon.extend(node.pending, token)
                 # all that can_go_on reads: no copy of the rest
                 ahead = text[stop : stop + spell.longest]
-                if stop == len(text) or can_go_on(canon, pending, ahead, spell):
+                if stop == len(text) or can_go_on(canon, pending, ahead, spell, END_CHECKS):
                     child = PlanNode(
                         node.prefix, (*node.tail, token), pending, stop, parent=node, token=token
                     )
@@ -232,7 +233,8 @@ class _Windows:
         """Whether a canonical next token after ``node`` spells the rest of the text and more."""
         spell = self.spell
         rest = self.text[node.end : node.end + spell.longest]
-        return len(rest) < spell.longest and goes_on_longer(self.canon, node.pending, rest, spell)
+        short = len(rest) < spell.longest
+        return short and goes_on_longer(self.canon, node.pending, rest, spell, END_CHECKS)
 
 
 def _walk(tops: list[PlanNode], stop: int) -> Iterator[PlanNode]:
