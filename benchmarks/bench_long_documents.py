@@ -7,8 +7,10 @@ Markdown table, HTML and non-Latin text, with a coroutine ticking beside it.
 
 Printed per family: peak RSS growth over the process after ``ExactByteState.initial``
 (and a 300-byte warm-up read), the event loop's longest gap, seconds and seconds per KB,
-and where the time went (the filter's planning, the model, the trie), from the
-profiler when ``--profile`` is given.
+the planning's CPU seconds per KB (the filter's work listing the contexts, in its
+thread), and where the time went (the filter's planning, the model, the trie), from the
+profiler when ``--profile`` is given. ``--byte-by-byte`` turns off the settled runs
+(``exact_prefill.SETTLED_RUNS``), to compare.
 
 Bars: growth at most 512 MiB, longest gap at most 100 ms, at most 0.25 s per KB, for
 Llama-2, Qwen3, Gemma 3, Llama-3 and o200k; ``--mb`` adds 1 MB over Llama-3 (bar:
@@ -16,7 +18,7 @@ under 300 s). Each family runs in a fresh subprocess so one does not inflate the
 
 Run: ``python benchmarks/bench_long_documents.py`` (``--quick``: 10 KB; ``--family
 llama3``: one family; ``--kb 100``: another size; ``--profile``: cProfile's top
-functions).
+functions; ``--byte-by-byte``: without settled runs).
 """
 
 from __future__ import annotations
@@ -115,9 +117,33 @@ class Ticker:
         self._task.cancel()
 
 
-async def run_case(family: str, n_bytes: int, profile: bool) -> dict[str, Any]:
+def _planning_clock() -> list[float]:
+    """CPU seconds the prefill's planning (``_Windows``) spends, summed into the list."""
+    from genlm_core.bytes.exact import prefill as exact_prefill
+
+    spent = [0.0]
+    for name in ("first", "next_window"):
+        method = getattr(exact_prefill._Windows, name)
+
+        def timed(self: Any, _method: Any = method) -> Any:
+            started = time.thread_time()
+            try:
+                return _method(self)
+            finally:
+                spent[0] += time.thread_time() - started
+
+        setattr(exact_prefill._Windows, name, timed)
+    return spent
+
+
+async def run_case(family: str, n_bytes: int, profile: bool, runs: bool = True) -> dict[str, Any]:
     """Subprocess body: one family, measured against the peak after ``initial``."""
     from transformers import AutoTokenizer
+
+    from genlm_core.bytes.exact import prefill as exact_prefill
+
+    exact_prefill.SETTLED_RUNS = runs
+    planning = _planning_clock()
 
     from genlm_assets import tokenizer_dir
     from genlm_core.bytes import ExactByteState, log_likelihood
@@ -134,6 +160,7 @@ async def run_case(family: str, n_bytes: int, profile: bool) -> dict[str, Any]:
 
         profiler = cProfile.Profile()
         profiler.enable()
+    planning[0] = 0.0
     started = time.perf_counter()
     with Ticker() as ticker:
         result = await log_likelihood(llm, text)
@@ -152,6 +179,7 @@ async def run_case(family: str, n_bytes: int, profile: bool) -> dict[str, Any]:
         "bytes": len(text),
         "seconds": seconds,
         "s_per_kb": seconds / (len(text) / 1000),
+        "plan_s_per_kb": planning[0] / (len(text) / 1000),
         "peak_mib": peak_mib() - base,
         "gap_ms": ticker.longest * 1000,
         "bits_per_byte": result.bits_per_byte,
@@ -165,23 +193,32 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="10 KB per family")
     parser.add_argument("--mb", action="store_true", help="also 1 MB over Llama-3")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions")
+    parser.add_argument(
+        "--byte-by-byte", action="store_true", help="without settled runs (to compare)"
+    )
     parser.add_argument("--case", nargs=2, metavar=("FAMILY", "BYTES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
         family, n = args.case
-        print(json.dumps(asyncio.run(run_case(family, int(n), args.profile))))
+        result = run_case(family, int(n), args.profile, not args.byte_by_byte)
+        print(json.dumps(asyncio.run(result)))
         return 0
     kb = 10.0 if args.quick else args.kb
     cases = [(f, int(kb * 1000)) for f in args.family or FAMILIES]
     if args.mb:
         cases.append(("llama3", 1_000_000))
     print(f"load before: {os.getloadavg()[0]:.2f}")
-    print(f"{'family':<8} {'KB':>6} {'peak RSS':>10} {'gap':>8} {'seconds':>9} {'s/KB':>7}  bits/B")
+    print(
+        f"{'family':<8} {'KB':>6} {'peak RSS':>10} {'gap':>8} {'seconds':>9} {'s/KB':>7} "
+        f"{'plan s/KB':>9}  bits/B"
+    )
     failed = False
     for family, n in cases:
         cmd = [sys.executable, __file__, "--case", family, str(n)]
         if args.profile:
             cmd.append("--profile")
+        if args.byte_by_byte:
+            cmd.append("--byte-by-byte")
         done = subprocess.run(cmd, capture_output=True, check=False)
         if args.profile:
             print(done.stderr.decode()[-6000:])
@@ -200,8 +237,8 @@ def main() -> int:
         failed |= bool(bad)
         print(
             f"{family:<8} {n / 1000:>6.0f} {out['peak_mib']:>6.0f} MiB {out['gap_ms']:>5.0f} ms "
-            f"{out['seconds']:>9.1f} {out['s_per_kb']:>7.3f}  {out['bits_per_byte']:.4f}"
-            + (f"  ({'; '.join(bad)})" if bad else "")
+            f"{out['seconds']:>9.1f} {out['s_per_kb']:>7.3f} {out['plan_s_per_kb']:>9.3f}  "
+            f"{out['bits_per_byte']:.4f}" + (f"  ({'; '.join(bad)})" if bad else "")
         )
         sys.stdout.flush()
     print(f"load after: {os.getloadavg()[0]:.2f}")

@@ -41,7 +41,7 @@ class Spellings:
         return out
 
 
-def can_go_on(canon: Any, pending: Any, rest: bytes, spell: Spellings) -> bool:
+def can_go_on(canon: Any, pending: Any, rest: bytes, spell: Spellings, checks=32) -> bool:
     """Whether some canonical next token after ``pending`` agrees with the bytes ``rest``."""
     for stop in range(1, min(len(rest), spell.longest) + 1):
         if not spell.starts(rest[:stop]):
@@ -49,13 +49,13 @@ def can_go_on(canon: Any, pending: Any, rest: bytes, spell: Spellings) -> bool:
         for token in spell.exact(rest[:stop]):
             if canon.valid_next(pending, token):
                 return True
-    return len(rest) < spell.longest and goes_on_longer(canon, pending, rest, spell)
+    return len(rest) < spell.longest and goes_on_longer(canon, pending, rest, spell, checks)
 
 
-def goes_on_longer(canon: Any, pending: Any, spelled: bytes, spell: Spellings) -> bool:
+def goes_on_longer(canon: Any, pending: Any, spelled: bytes, spell: Spellings, checks=32) -> bool:
     """Whether a canonical next token after ``pending`` spells ``spelled`` and more."""
     longer = spell.longer(spelled)
-    if len(longer) > 32:  # one mask beats many single checks
+    if len(longer) > checks:  # one mask beats many checks, once its tables are built
         return bool(canon.mask(pending)[longer].any())
     return any(canon.valid_next(pending, t) for t in longer)
 

@@ -21,13 +21,18 @@ LOOKAHEAD_BYTES = 256
 #: Budget of one model call: bytes of rows returned, and token ids asked for.
 CALL_ROW_BYTES = 32 * 2**20
 CALL_TOKEN_IDS = 2 * 2**20
+#: Whether a settled context reads on by the filter's ``settled_run`` (off: byte by byte).
+SETTLED_RUNS = True
+#: Next tokens checked one by one near the text's end (a mask needs tables it often lacks).
+END_CHECKS = 8192
 
 
 class PlanNode:
     """A canonical context met while reading, ending at offset ``end`` of the text.
 
     Its token ids are ``prefix + tail`` (``prefix`` shared); ``logp`` is set once its
-    parent's row is read; roots have ``partial``, their current token's bytes.
+    parent's row is read; roots have ``partial``, their current token's bytes; inside a
+    settled run, away from the text's end, ``pending`` is None (never grown nor final).
     """
 
     __slots__ = (
@@ -123,6 +128,7 @@ class _Windows:
     ) -> None:
         self.roots, self.text, self.spell, self.canon = roots, text, spell, canon
         self.window, self.ahead = window, ahead
+        self.runs = getattr(canon, "settled_run", None) if SETTLED_RUNS else None
         self.by_end: dict[int, list[PlanNode]] = {}
         self.grown_to = 0  # the nodes ending before this offset have their children
         self.start = 0
@@ -177,6 +183,8 @@ class _Windows:
     def _grow(self, node: PlanNode, partial: bytes) -> None:
         """Add ``node``'s children: canonical tokens ending inside the text that can go on."""
         text, spell, canon = self.text, self.spell, self.canon
+        if node.children or (not partial and self.runs and self._run(node)):
+            return  # a settled run's node, or one starting one
         start = max(node.end, 0)
         first = start if partial else start + 1  # a read partial token may end right here
         for stop in range(first, min(len(text), start + spell.longest) + 1):
@@ -188,12 +196,28 @@ class _Windows:
                 pending = canon.extend(node.pending, token)
                 # all that can_go_on reads: no copy of the rest
                 ahead = text[stop : stop + spell.longest]
-                if stop == len(text) or can_go_on(canon, pending, ahead, spell):
+                if stop == len(text) or can_go_on(canon, pending, ahead, spell, END_CHECKS):
                     child = PlanNode(
                         node.prefix, (*node.tail, token), pending, stop, parent=node, token=token
                     )
                     node.children.append(child)
                     self.by_end.setdefault(stop, []).append(child)
+
+    def _run(self, node: PlanNode) -> bool:
+        """Add the chain ``canon.settled_run`` offers after ``node`` (pendings near the end)."""
+        n, canon = len(self.text), self.canon
+        stop = min(n, node.end + self.window + self.ahead)
+        run = self.runs(self.text, node.end, node.pending, stop) if stop > node.end else None
+        tail = stop > n - self.spell.longest
+        for k, token in enumerate(run[0] if run else ()):
+            end = node.end + len(canon.byte_vocab[token])
+            last = run[1] if k == len(run[0]) - 1 else None
+            pending = canon.extend(node.pending, token) if tail else last
+            child = PlanNode(node.prefix, (*node.tail, token), pending, end, node, token)
+            node.children.append(child)
+            self.by_end.setdefault(end, []).append(child)
+            node = child
+        return bool(run)
 
     def _prune(self) -> None:
         """Mark the nodes from the window's start on that cannot read on (those not grown may)."""
@@ -209,7 +233,8 @@ class _Windows:
         """Whether a canonical next token after ``node`` spells the rest of the text and more."""
         spell = self.spell
         rest = self.text[node.end : node.end + spell.longest]
-        return len(rest) < spell.longest and goes_on_longer(self.canon, node.pending, rest, spell)
+        short = len(rest) < spell.longest
+        return short and goes_on_longer(self.canon, node.pending, rest, spell, END_CHECKS)
 
 
 def _walk(tops: list[PlanNode], stop: int) -> Iterator[PlanNode]:

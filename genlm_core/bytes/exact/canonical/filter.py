@@ -433,6 +433,38 @@ class CanonicalFilter:
                 group = []
         return all(self.pairs.closed_group(g) for g in groups), group
 
+    def settled_run(
+        self, text: bytes, start: int, pending: Pending, stop: int
+    ) -> tuple[list[int], Pending] | None:
+        """The tokens the known ``text`` goes on with after a context, or None.
+
+        ``pending`` (no partial character) ends at ``start``. Returned: the tokens of
+        ``text[start:end]`` (``end <= stop``) that every canonical extension of the context
+        spelling ``text[start:end]`` starts with, and ``extend``'s pending after them
+        (docs/bytes.md, *Long texts*).
+        """
+        if pending.partial:
+            return None
+        first, backend, out, pos = pending, self.spec.backend, [], start
+        chunk = (pending.data + text[start:stop]).decode("utf-8", "replace")  # U+FFFD: no match
+        chunk = backend.normalizer.normalize_str(chunk) if self.nfc else chunk
+        pieces = backend.pre_tokenizer.pre_tokenize_str(chunk)
+        ids = [t.id for piece, _ in pieces for t in backend.model.tokenize(piece)]
+        if tuple(ids[: len(pending.ids)]) != pending.ids:
+            return None  # the context is not the text's encoding so far
+        for t in ids[len(pending.ids) :]:
+            b = self.byte_vocab[t] if t < self.n and self.texts[t] is not None else b""
+            if not b or pos + len(b) > stop or not text.startswith(b, pos):
+                break  # past what is known, or not the text's bytes: what comes before stands
+            pending, pos = self.extend(pending, t), pos + len(b)
+            out.append((t, pending, pos))
+        ends = {end: k for k, (_, _, end) in enumerate(out, 1)}
+        # where a pending part starts, no future moves a boundary: the tokens before stand
+        for end in sorted({e - len(p.data) for _, p, e in out} & ends.keys(), reverse=True):
+            if not self.nfc or self.nfc.is_nfc(first.segment + text[start:end].decode()):
+                return [t for t, _, _ in out[: ends[end]]], out[ends[end] - 1][1]
+        return None  # (NFC is closed under prefixes: the longest NFC one is taken)
+
     def complete(self, pending: Pending) -> bool:
         """Whether the context is the tokenizer's encoding of its text (may end the text)."""
         if pending.partial:
