@@ -377,3 +377,44 @@ def test_single_word_tokens_are_refused_by_name():
     tok.add_tokens([AddedToken("<w>", single_word=True, special=False, normalized=False)])
     with pytest.raises(CanonicalityUnsupportedError, match="single_word"):
         canonical_filter(tok, decode_vocab(tok)[0])
+
+
+#: Texts mixing added tokens with prose, code and UTF-8, long enough for settled runs.
+RUN_TEXTS = [
+    "The user asks why.<think>First, the river town grew around a bridge built in 1234; "
+    "its market drew traders.</think>\n\nAnswer: because of the toll (3.5%). <tool_call>"
+    '{"name": "f", "x": 1}</tool_call> and <thi and </think > are text. ',
+    '<div class="row"><table><tr><td>1</td><td>Item 2</td></tr></table></div>\n\n\n'
+    "<h1>Title</h1>\n<p>Die Brücke — Москва — 東京</p>\n\t<unused0> x<｜User｜>y ",
+    "x<t>yz and x<t>y and cab<mask>[R]z and <think>a</think>\n\n\n\n b ",
+]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+async def test_settled_runs_across_added_tokens_equal_byte_by_byte(families, name):
+    """The prefill's settled runs go through cuts: the same candidates and weights."""
+    from genlm_core.bytes.exact import prefill as exact_prefill
+
+    fam = families(name)
+    llm = MockAsyncLM(fam.tokenizer, temperature=0.3)
+    start = [0] if name == "deepseek-v4" else None
+    try:
+        for text in RUN_TEXTS:
+            data = b"".join(fam.bytes[t] for t in fam.encode(text * 3))
+            states = []
+            for runs in (True, False):
+                old = exact_prefill.SETTLED_RUNS
+                exact_prefill.SETTLED_RUNS = runs
+                try:
+                    state = await ExactByteState.initial(llm, initial_context=start)
+                    states.append(await state.prefill(data))
+                finally:
+                    exact_prefill.SETTLED_RUNS = old
+            fast, slow = states
+            got = sorted((tuple(s.lm_state.context), bytes(s.partial), s.weight) for s in fast)
+            want = sorted((tuple(s.lm_state.context), bytes(s.partial), s.weight) for s in slow)
+            assert [g[:2] for g in got] == [w[:2] for w in want], text
+            np.testing.assert_allclose([g[2] for g in got], [w[2] for w in want], atol=1e-9)
+            assert math.isfinite(fast.logZ)
+    finally:
+        llm.cleanup()

@@ -173,6 +173,13 @@ async def test_qwen3_non_nfc_texts_have_probability_zero(qwen3, bad):
     await _compare(qwen3, "qwen3", prefix)  # the text before it is fine
 
 
+def _key(state):
+    """What a filter state holds (an added-token filter's wraps the inner filter's)."""
+    if hasattr(state, "inner"):
+        return (_key(state.inner), state.tail, state.spans, state.run_end, state.after_rstrip)
+    return (state.ids, state.data, state.segment)
+
+
 def _replayed(canon, pending, tokens):
     for t in tokens:
         pending = canon.extend(pending, t)
@@ -188,7 +195,7 @@ async def test_settled_run_is_the_encoding_with_extends_pending(family):
     spelled = b"".join(canon.byte_vocab[t] for t in tokens)
     assert len(TEXT) - 20 < len(spelled) < len(TEXT)  # up to the last settled boundary
     want = _replayed(canon, EMPTY, tokens)
-    assert (end.ids, end.data, end.segment) == (want.ids, want.data, want.segment)
+    assert _key(end) == _key(want)
     # from a context inside the text, mid-word: on from where its pending part starts
     k = 37
     pending = _replayed(canon, EMPTY, encoding[:k])
@@ -196,10 +203,13 @@ async def test_settled_run_is_the_encoding_with_extends_pending(family):
     more, end = canon.settled_run(TEXT, at, pending, at + 200)
     assert more and encoding[k : k + len(more)] == more
     want = _replayed(canon, pending, more)
-    assert (end.ids, end.data, end.segment) == (want.ids, want.data, want.segment)
+    assert _key(end) == _key(want)
     # a context that is not the text's encoding, or ends inside a character: none
     other = canon.extend(EMPTY, canon.byte_vocab.index(b"T"))
     assert canon.settled_run(TEXT, 1, other, 200) is None
     partial = canon.extend(EMPTY, canon.byte_vocab.index(b"\xe6"))
-    assert partial.partial and canon.settled_run(b"\xe6\x9d\xb1 x y", 1, partial, 7) is None
+    assert (
+        getattr(partial, "inner", partial).partial
+        and canon.settled_run(b"\xe6\x9d\xb1 x y", 1, partial, 7) is None
+    )
     assert canon.settled_run(TEXT, 0, EMPTY, 3) is None  # nothing settled yet

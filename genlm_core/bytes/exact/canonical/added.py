@@ -205,6 +205,46 @@ class AddedTokensFilter:
         """Whether the context is the tokenizer's encoding of its text (may end the text)."""
         return bool(self.inner.complete(self._state(pending).inner))
 
+    def settled_run(
+        self, text: bytes, start: int, pending: Any, stop: int
+    ) -> tuple[list[int], AddedPending] | None:
+        """The inner filter's ``settled_run`` between the cuts, and the cuts themselves.
+
+        Plain text is handed to the inner filter only up to the first place the cut looks
+        at (a content, or where one may start); an added token the cut is sure of (no
+        longer text could change it) is taken when the run before it is complete.
+        """
+        run = getattr(self.inner, "settled_run", None)
+        state, out, pos = self._state(pending), [], start
+        while pos < stop and not state.tail:
+            chunk = text[pos:stop]
+            regions = self.split.regions(chunk)
+            settled = self.split.settled_start(chunk, regions)
+            first = regions[0] if regions else None
+            limit = min(first.start if first else len(chunk), settled)
+            if limit > 0:  # plain text up to there: the inner filter's run
+                found = run(text, pos, state.inner, pos + limit) if run is not None else None
+                if not found or not found[0]:
+                    break
+                tokens, inner = found
+                if state.after_rstrip and self.starts_space[tokens[0]]:
+                    break  # the cut would have taken that space into the token before
+                end = pos + sum(len(self.byte_vocab[t]) for t in tokens)
+                data = text[pos:end]
+                tail = data[self.split.settled_start(data, []) :]
+                state = AddedPending(inner, tail, (), (state.run_end + data)[-4:], False)
+                out += tokens
+                pos = end
+                continue
+            if first is None or first.start or not first.content.split or first.end > settled:
+                break  # no cut here, or one a longer text could still change
+            if not self.valid_next(state, first.content.id):
+                break
+            state = self.extend(state, first.content.id)
+            out.append(first.content.id)
+            pos += first.end
+        return (out, state) if out else None
+
     def warm(self, length: int = 4) -> int:
         """The inner filter's :meth:`warm`."""
         return self.inner.warm(length)
