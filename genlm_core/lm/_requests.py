@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -20,7 +21,8 @@ class LongTokenIds(tuple):  # noqa: SLOT001 (the cached hash lives in the instan
     """A long prompt's token ids that hash once (equal to, and hashing like, the tuple).
 
     A request is looked up about ten times on its way: for a 250k-token context a
-    tuple's hash would cost 4 ms a request.
+    tuple's hash would cost 4 ms a request. Untracked by :func:`token_ids_key`: the
+    collector would read every id of every cached long context at each collection.
     """
 
     def __hash__(self) -> int:
@@ -32,8 +34,15 @@ class LongTokenIds(tuple):  # noqa: SLOT001 (the cached hash lives in the instan
 
 
 def token_ids_key(ids: tuple[int, ...]) -> tuple[int, ...]:
-    """``ids`` as a request holds them: long ones as :class:`LongTokenIds`."""
-    return LongTokenIds(ids) if len(ids) >= LONG_PROMPT and type(ids) is tuple else ids
+    """``ids`` as a request holds them: long ones as :class:`LongTokenIds` (of ints)."""
+    if len(ids) < LONG_PROMPT or type(ids) is not tuple:
+        return ids
+    _untrack(key := LongTokenIds(ids))  # ints make no cycles (CPython never untracks it)
+    return key
+
+
+_untrack = ctypes.pythonapi.PyObject_GC_UnTrack
+_untrack.argtypes, _untrack.restype = [ctypes.py_object], None
 
 
 class Request(NamedTuple):
