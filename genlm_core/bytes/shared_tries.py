@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from genlm_core.runtime._heap import freeze_heap
 from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
 
 __all__ = [
@@ -86,8 +87,11 @@ def _claim(llm: Any, key: Hashable) -> tuple[Any, concurrent.futures.Future[Any]
 
 
 def _build_into(future: concurrent.futures.Future[Any], llm: Any, key: Hashable, build: Any):
+    """Run ``build``, the heap frozen before and after (see ``runtime._heap.freeze_heap``)."""
+    freeze_heap()  # what exists (torch, the tokenizer...) is not rescanned while it builds
     try:
         made = build()
+        freeze_heap()  # nor is what it built, by the collections of later calls
     except BaseException as error:
         with _LOCK:
             _PENDING.pop((id(llm), key), None)
