@@ -87,7 +87,6 @@ def _claim(llm: Any, key: Hashable) -> tuple[Any, concurrent.futures.Future[Any]
 
 
 def _build_into(future: concurrent.futures.Future[Any], llm: Any, key: Hashable, build: Any):
-    """Run ``build``, the heap frozen before and after (see ``runtime._heap.freeze_heap``)."""
     freeze_heap()  # what exists (torch, the tokenizer...) is not rescanned while it builds
     try:
         made = build()

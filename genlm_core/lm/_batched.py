@@ -188,8 +188,7 @@ class BatchedAsyncLM(AsyncLMBase):
     ) -> torch.Tensor:
         """Log-probabilities for several prompts, submitted to the batcher together.
 
-        ``cache=False``: the rows computed for this call are not kept in the output cache
-        (rows read once, as the exact prefill's, would only evict ones read again).
+        ``cache=False``: computed rows stay out of the output cache (rows read once).
         """
         reqs = self.make_requests(token_ids_list, lora_name)
         return await self._filled(reqs, self._cached(reqs), cache) if reqs else self._no_rows()
@@ -209,11 +208,10 @@ class BatchedAsyncLM(AsyncLMBase):
         start: int = 0,
         cache: bool = True,
     ) -> torch.Tensor:
-        """:meth:`AsyncLMBase.prefix_next_token_logprobs`, batched and cached.
+        """:meth:`AsyncLMBase.prefix_next_token_logprobs`, batched, cached unless ``cache=False``.
 
         Cached rows are not recomputed; the rest come from :meth:`compute_prefix_batch`
-        in one forward if overridden, else from :meth:`compute_batch`, one request a prefix
-        (and are not cached with ``cache=False``: see :meth:`batch_next_token_logprobs`).
+        in one forward if overridden, else from :meth:`compute_batch`, one request a prefix.
         """
         req, prefixes, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
@@ -243,9 +241,7 @@ class BatchedAsyncLM(AsyncLMBase):
         cache = self.cache
         return [cache.get(r) for r in reqs] if cache is not None else [None] * len(reqs)
 
-    async def _filled(
-        self, reqs: list[Request], rows: list[torch.Tensor | None], cache: bool = True
-    ) -> torch.Tensor:
+    async def _filled(self, reqs: list[Request], rows: list, cache: bool = True) -> torch.Tensor:
         """``rows`` (cached or None, one per request) stacked, the Nones from the batcher."""
         misses = [i for i, row in enumerate(rows) if row is None]
         if misses:

@@ -21,8 +21,7 @@ class LongTokenIds(tuple):  # noqa: SLOT001 (the cached hash lives in the instan
     """A long prompt's token ids that hash once (equal to, and hashing like, the tuple).
 
     A request is looked up about ten times on its way: for a 250k-token context a
-    tuple's hash would cost 4 ms a request. Untracked by :func:`token_ids_key`: the
-    collector would read every id of every cached long context at each collection.
+    tuple's hash would cost 4 ms a request.
     """
 
     def __hash__(self) -> int:
@@ -37,11 +36,11 @@ def token_ids_key(ids: tuple[int, ...]) -> tuple[int, ...]:
     """``ids`` as a request holds them: long ones as :class:`LongTokenIds` (of ints)."""
     if len(ids) < LONG_PROMPT or type(ids) is not tuple:
         return ids
-    _untrack(key := LongTokenIds(ids))  # ints make no cycles (CPython never untracks it)
+    _untrack(key := LongTokenIds(ids))  # else every collection reads every id of every key
     return key
 
 
-_untrack = ctypes.pythonapi.PyObject_GC_UnTrack
+_untrack = ctypes.pythonapi.PyObject_GC_UnTrack  # ints make no cycles; CPython never untracks
 _untrack.argtypes, _untrack.restype = [ctypes.py_object], None
 
 

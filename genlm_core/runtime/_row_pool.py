@@ -48,8 +48,7 @@ class RowPool:
             zero-argument function returning one (asked whenever a slot comes back).
         dtype: Element type of the rows (torch or numpy dtype; float32 by default).
         allocate: ``allocate(width)`` makes a new slot: a 1-D NumPy array of ``dtype``
-            (default ``np.empty``, a mapping of its own from 64 KiB; the CUDA trie passes
-            page-locked memory).
+            (default ``np.empty``, from 64 KiB a mapping; the CUDA trie's: page-locked).
 
     Example: ``RowPool(50257, max_free_bytes=64 << 20).copy_rows(batch)`` gives a list
     of ``(50257,)`` float32 tensors.
@@ -187,9 +186,7 @@ class RowPool:
 
 
 def _mapped(width: int, dtype: np.dtype) -> np.ndarray:
-    """A slot in an anonymous mapping, off malloc's heap: long-lived cached rows amid
-    short-lived buffers left holes there (~100 MiB more resident reading 50 KB with its
-    rows cached); a mapping goes back to the OS as soon as its slot is freed."""
+    """A slot off malloc's heap (cached rows left holes there); unmapped once freed."""
     return np.frombuffer(mmap.mmap(-1, width * dtype.itemsize), dtype=dtype)
 
 

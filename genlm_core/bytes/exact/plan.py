@@ -17,8 +17,7 @@ class Spellings:
     """Token ids by bytes, for the tokens spelling a text's segments."""
 
     def __init__(self, byte_vocab: list[bytes], allowed: Any) -> None:
-        # Sorted per first two bytes: one sort of all holds the GIL 0.25-1 s (a stall).
-        buckets: dict[bytes, list[tuple[bytes, int]]] = {}
+        buckets: dict[bytes, list[tuple[bytes, int]]] = {}  # one sort of all: a 0.25-1 s stall
         for i, b in enumerate(byte_vocab):
             if b and allowed(i):
                 buckets.setdefault(b[:2], []).append((bytes(b), i))
