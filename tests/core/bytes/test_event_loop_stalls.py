@@ -93,7 +93,7 @@ async def test_exact_initial_whole_build_keeps_the_loop_running(fresh_llm):
     Reading tokenizer.json (``to_str`` and ``json.loads``), the merges-only Rust BPE and
     ``np.unique(axis=0)`` each held the GIL for 0.15-0.6 s in the build thread; so did
     the collector's full passes over torch's, transformers' and the tokenizer's objects
-    (0.15-0.35 s) until the builds froze the heap (``runtime.freeze_heap``): the
+    (0.15-0.35 s) until the builds froze the heap (``runtime._heap.freeze_heap``): the
     program need not.
     """
     stall = await _longest_stall(fresh_llm, ExactByteState.initial)
