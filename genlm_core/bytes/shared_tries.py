@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from genlm_core.runtime._heap import freeze_heap
+from genlm_core.runtime._heap import freeze_heap, thaw_heap
 from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
 
 __all__ = [
@@ -99,6 +99,8 @@ def _build_into(future: concurrent.futures.Future[Any], llm: Any, key: Hashable,
     with _LOCK:
         _PENDING.pop((id(llm), key), None)
         try:
+            if llm not in _SHARED:  # frozen, what it built (cycles) goes only when thawed
+                weakref.finalize(llm, thaw_heap)
             _SHARED.setdefault(llm, {})[key] = made
         except TypeError:  # a model that takes no weak reference: not shared
             pass

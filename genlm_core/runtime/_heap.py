@@ -1,6 +1,4 @@
-"""Freed heap memory given back to the OS at a bounded rate (``malloc_trim``, glibc only),
-and the heap frozen out of the collector's scans: docs/architecture.md ("Heap trimming").
-"""
+"""Trimming (``malloc_trim``) and freezing the heap: docs/architecture.md ("Heap trimming")."""
 
 from __future__ import annotations
 
