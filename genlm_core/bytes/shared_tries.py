@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from genlm_core.runtime._heap import freeze_heap, thaw_heap
+from genlm_core.tokenization.token import gc_paused
 from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
 
 __all__ = [
@@ -87,10 +88,10 @@ def _claim(llm: Any, key: Hashable) -> tuple[Any, concurrent.futures.Future[Any]
 
 
 def _build_into(future: concurrent.futures.Future[Any], llm: Any, key: Hashable, build: Any):
-    freeze_heap()  # what exists (torch, the tokenizer...) is not rescanned while it builds
     try:
-        made = build()
-        freeze_heap()  # nor is what it built, by the collections of later calls
+        with gc_paused():  # no collection (of the whole heap) pauses the loop meanwhile,
+            made = build()
+            freeze_heap()  # nor do later ones scan what it built, or what existed before
     except BaseException as error:
         with _LOCK:
             _PENDING.pop((id(llm), key), None)

@@ -34,10 +34,9 @@ class LongTokenIds(tuple):  # noqa: SLOT001 (the cached hash lives in the instan
 
 def token_ids_key(ids: tuple[int, ...]) -> tuple[int, ...]:
     """``ids`` as a request holds them: long ones as :class:`LongTokenIds` (of ints)."""
-    if len(ids) < LONG_PROMPT or type(ids) is not tuple:
-        return ids
-    _untrack(key := LongTokenIds(ids))  # else every collection reads every id of every key
-    return key
+    if len(ids) >= LONG_PROMPT and type(ids) is tuple:
+        _untrack(ids := LongTokenIds(ids))  # else every collection reads every id of every key
+    return ids
 
 
 _untrack = ctypes.pythonapi.PyObject_GC_UnTrack  # ints make no cycles; CPython never untracks
