@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from genlm_core.runtime._heap import freeze_heap, thaw_heap
+from genlm_core.tokenization.token import gc_paused
 from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
 
 __all__ = [
@@ -87,7 +89,9 @@ def _claim(llm: Any, key: Hashable) -> tuple[Any, concurrent.futures.Future[Any]
 
 def _build_into(future: concurrent.futures.Future[Any], llm: Any, key: Hashable, build: Any):
     try:
-        made = build()
+        with gc_paused():  # no collection (of the whole heap) pauses the loop meanwhile,
+            made = build()
+            freeze_heap()  # nor do later ones scan what it built, or what existed before
     except BaseException as error:
         with _LOCK:
             _PENDING.pop((id(llm), key), None)
@@ -96,6 +100,8 @@ def _build_into(future: concurrent.futures.Future[Any], llm: Any, key: Hashable,
     with _LOCK:
         _PENDING.pop((id(llm), key), None)
         try:
+            if llm not in _SHARED:  # frozen, what it built (cycles) goes only when thawed
+                weakref.finalize(llm, thaw_heap)
             _SHARED.setdefault(llm, {})[key] = made
         except TypeError:  # a model that takes no weak reference: not shared
             pass

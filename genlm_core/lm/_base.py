@@ -23,6 +23,7 @@ from genlm_core.lm._adapters import LoraAdapter, LoraAdapters
 from genlm_core.lm._requests import PrefixRequest, Request, checked_token_ids
 from genlm_core.lm._sampling import draw, sampling_args
 from genlm_core.runtime import ComputeGate
+from genlm_core.runtime._heap import thaw_heap
 from genlm_core.tokenization import Token, decode_vocab
 
 
@@ -376,6 +377,7 @@ class AsyncLMBase(ABC):
             self._closed = True
             self._gate.close(self._closed_error)  # waits for the computations running
             self._release()
+        thaw_heap()  # a model frozen by the byte states' builds can be collected again
 
     async def cleanup_async(self) -> None:
         """:meth:`cleanup` for coroutines: the same, waited for off the event loop."""

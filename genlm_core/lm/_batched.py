@@ -180,11 +180,18 @@ class BatchedAsyncLM(AsyncLMBase):
         return self.batch_next_token_logprobs_sync([token_ids], lora_name)[0]
 
     async def batch_next_token_logprobs(
-        self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
+        self,
+        token_ids_list: Sequence[Sequence[int]],
+        lora_name: str | None = None,
+        *,
+        cache: bool = True,
     ) -> torch.Tensor:
-        """Log-probabilities for several prompts, submitted to the batcher together."""
+        """Log-probabilities for several prompts, submitted to the batcher together.
+
+        ``cache=False``: computed rows stay out of the output cache (rows read once).
+        """
         reqs = self.make_requests(token_ids_list, lora_name)
-        return await self._filled(reqs, self._cached(reqs)) if reqs else self._no_rows()
+        return await self._filled(reqs, self._cached(reqs), cache) if reqs else self._no_rows()
 
     def batch_next_token_logprobs_sync(
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
@@ -194,9 +201,14 @@ class BatchedAsyncLM(AsyncLMBase):
         return self._filled_sync(reqs, self._cached(reqs)) if reqs else self._no_rows()
 
     async def prefix_next_token_logprobs(
-        self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
+        self,
+        token_ids: Sequence[int],
+        lora_name: str | None = None,
+        *,
+        start: int = 0,
+        cache: bool = True,
     ) -> torch.Tensor:
-        """:meth:`AsyncLMBase.prefix_next_token_logprobs`, batched and cached.
+        """:meth:`AsyncLMBase.prefix_next_token_logprobs`, batched, cached unless ``cache=False``.
 
         Cached rows are not recomputed; the rest come from :meth:`compute_prefix_batch`
         in one forward if overridden, else from :meth:`compute_batch`, one request a prefix.
@@ -206,9 +218,10 @@ class BatchedAsyncLM(AsyncLMBase):
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
             first = missing[0]  # cached leading rows are not asked for again
-            computed = await self._batcher().submit(_from(req, first))
+            with self._computation.uncached([] if cache else [_from(req, first)]):
+                computed = await self._batcher().submit(_from(req, first))
             return _after(rows[:first], computed)
-        return await self._filled(prefixes, rows)
+        return await self._filled(prefixes, rows, cache)
 
     def prefix_next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
@@ -228,11 +241,13 @@ class BatchedAsyncLM(AsyncLMBase):
         cache = self.cache
         return [cache.get(r) for r in reqs] if cache is not None else [None] * len(reqs)
 
-    async def _filled(self, reqs: list[Request], rows: list[torch.Tensor | None]) -> torch.Tensor:
+    async def _filled(self, reqs: list[Request], rows: list, cache: bool = True) -> torch.Tensor:
         """``rows`` (cached or None, one per request) stacked, the Nones from the batcher."""
         misses = [i for i, row in enumerate(rows) if row is None]
         if misses:
-            computed = await self._batcher().submit_many([reqs[i] for i in misses])
+            todo = [reqs[i] for i in misses]
+            with self._computation.uncached([] if cache else todo):
+                computed = await self._batcher().submit_many(todo)
             for i, row in zip(misses, computed, strict=True):
                 rows[i] = row
         return torch.stack(rows)  # type: ignore[arg-type]

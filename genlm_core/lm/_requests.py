@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -32,8 +33,14 @@ class LongTokenIds(tuple):  # noqa: SLOT001 (the cached hash lives in the instan
 
 
 def token_ids_key(ids: tuple[int, ...]) -> tuple[int, ...]:
-    """``ids`` as a request holds them: long ones as :class:`LongTokenIds`."""
-    return LongTokenIds(ids) if len(ids) >= LONG_PROMPT and type(ids) is tuple else ids
+    """``ids`` as a request holds them: long ones as :class:`LongTokenIds` (of ints)."""
+    if len(ids) >= LONG_PROMPT and type(ids) is tuple:
+        _untrack(ids := LongTokenIds(ids))  # else every collection reads every id of every key
+    return ids
+
+
+_untrack = ctypes.pythonapi.PyObject_GC_UnTrack  # ints make no cycles; CPython never untracks
+_untrack.argtypes, _untrack.restype = [ctypes.py_object], None
 
 
 class Request(NamedTuple):

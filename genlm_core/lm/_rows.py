@@ -6,8 +6,10 @@ on a GPU its checks and copies are batched (docs/architecture.md, "Rows").
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -33,6 +35,7 @@ class RowComputation:
         self._adapters = model._adapters
         self.width = len(model.byte_vocab)  # the rows' length
         self._counts = [0, 0]  # compute_batch calls, requests they computed
+        self._uncached: set[Key] = set()  # see uncached()
         self._counts_lock = threading.Lock()  # the worker and sync callers count
 
     def counts(self, reset: bool = False) -> tuple[int, int]:
@@ -42,6 +45,15 @@ class RowComputation:
             if reset:
                 self._counts[:] = [0, 0]
         return counts
+
+    @contextlib.contextmanager
+    def uncached(self, keys: list[Key]) -> Iterator[None]:
+        """Meanwhile, rows computed for ``keys`` are not stored in the output cache."""
+        self._uncached.update(keys)
+        try:
+            yield
+        finally:
+            self._uncached.difference_update(keys)
 
     def run(self, keys: list[Key], *, for_callers: bool = False) -> list[Any]:
         """The batcher's function: next-token and prefix requests, checked and cached.
@@ -94,10 +106,10 @@ class RowComputation:
             self._counts[0] += 1
             self._counts[1] += len(requests)
         rows = self.checked_rows(requests, outs, "compute_batch")
-        cache = self._model.cache
+        cache, uncached = self._model.cache, self._uncached
         if cache is not None:
             for req, row in zip(requests, rows, strict=True):
-                if type(row) is not RequestFailure:
+                if type(row) is not RequestFailure and req not in uncached:
                     cache[req] = row
         return rows
 
@@ -131,7 +143,7 @@ class RowComputation:
             if failed:
                 results[req] = failed[0]
                 continue
-            if cache is not None:
+            if cache is not None and req not in self._uncached:
                 for prefix, row in zip(prefixes, checked, strict=True):
                     cache[prefix] = row
             results[req] = torch.stack(checked)

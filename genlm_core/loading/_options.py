@@ -12,11 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from genlm_core.errors import InvalidArgumentError
-from genlm_core.lm._options import (
-    defaulted,
-    forwards,
-    option_levels,
-)
+from genlm_core.lm._options import defaulted, forwards, option_levels
 
 #: What every backend's ``dtype=`` option accepts ("auto": the checkpoint's own dtype).
 DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -18,12 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from genlm_core._validation import is_int_at_least, is_seconds
 from genlm_core.errors import BatcherClosedError, BatcherLoopError, BatchSizeMismatchError
-from genlm_core.runtime._outcomes import (
-    BatcherStats,
-    fail_waiting,
-    failure_of,
-    resolve,
-)
+from genlm_core.runtime._outcomes import BatcherStats, fail_waiting, failure_of, resolve
 from genlm_core.runtime._worker import WorkerThread
 
 K = TypeVar("K", bound=Hashable)

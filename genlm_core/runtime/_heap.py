@@ -1,12 +1,10 @@
-"""Give freed heap memory back to the operating system (``malloc_trim``), at a bounded rate.
-
-See docs/architecture.md ("Heap trimming"). On platforms without glibc it does nothing.
-"""
+"""Trimming (``malloc_trim``) and freezing the heap: docs/architecture.md ("Heap trimming")."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import sys
 import threading
 import time
@@ -95,3 +93,22 @@ def trimming_wanted(option: bool | None, default: bool) -> bool:
         return option
     from_env = settings.trim_heap()
     return default if from_env is None else from_env
+
+
+_frozen = False  # whether what is frozen was frozen by freeze_heap
+
+
+def freeze_heap() -> None:
+    """``gc.freeze()``, unless the program froze the heap first (then it is the program's)."""
+    global _frozen
+    if _frozen or not gc.get_freeze_count():
+        gc.freeze()
+        _frozen = True
+
+
+def thaw_heap() -> None:
+    """``gc.unfreeze()`` if :func:`freeze_heap` froze: objects dead in cycles can then go."""
+    global _frozen
+    if _frozen:
+        _frozen = False
+        gc.unfreeze()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import mmap
 import threading
 import weakref
 from collections.abc import Callable
@@ -47,7 +48,7 @@ class RowPool:
             zero-argument function returning one (asked whenever a slot comes back).
         dtype: Element type of the rows (torch or numpy dtype; float32 by default).
         allocate: ``allocate(width)`` makes a new slot: a 1-D NumPy array of ``dtype``
-            (default ``np.empty``; the CUDA trie passes page-locked memory).
+            (default ``np.empty``, from 64 KiB a mapping; the CUDA trie's: page-locked).
 
     Example: ``RowPool(50257, max_free_bytes=64 << 20).copy_rows(batch)`` gives a list
     of ``(50257,)`` float32 tensors.
@@ -77,7 +78,8 @@ class RowPool:
         self.dtype = np.dtype(dtype)
         self.row_bytes = width * self.dtype.itemsize
         self._max_free_bytes = max_free_bytes
-        self._allocate = allocate or functools.partial(np.empty, dtype=self.dtype)
+        new = _mapped if self.row_bytes >= 64 << 10 else np.empty
+        self._allocate = allocate or functools.partial(new, dtype=self.dtype)
         self._free: list[np.ndarray] = []
         # Data address of each live row's slot -> its lease (which must outlive the row).
         self._live: dict[int, _Lease] = {}
@@ -181,6 +183,11 @@ class RowPool:
             limit = limit()
         if (len(self._free) + 1) * self.row_bytes <= limit:
             self._free.append(lease.slot)
+
+
+def _mapped(width: int, dtype: np.dtype) -> np.ndarray:
+    """A slot off malloc's heap (cached rows left holes there); unmapped once freed."""
+    return np.frombuffer(mmap.mmap(-1, width * dtype.itemsize), dtype=dtype)
 
 
 class _Lease(weakref.ref):

@@ -5,11 +5,21 @@ LoRA adapter's content), so results are reproducible across calls, processes and
 batch shapes, while every request still goes through the real AutoBatcher and
 OutputCache. Core tests and the conformance suite use it; it is also the built-in
 ``mock`` backend (never chosen automatically).
+
+A row costs about a copy of itself: benchmarks run on the mock to measure the
+library's own work, so the model must cost almost nothing. Drawing and normalising
+fresh logits per request took 1-8 ms a row over a 128k-262k vocabulary (most of a
+10 KB ``log_likelihood``); instead a few normalised base rows are drawn once per
+temperature, and each request's row is one of them permuted by the request's seed
+(:func:`_fill`): every 1/8 of the vocabulary rotated by its own amount, written
+straight into the row pool's memory. A permutation keeps the row's log-sum-exp
+exactly (the same float32 values), and a rotation is two memory copies.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +32,14 @@ from genlm_core.errors import GenlmError
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 
 __all__ = ["MockAsyncLM"]
+
+#: Normalised base rows drawn per temperature (more for a tiny vocabulary, see
+#: :func:`_base_count`), and blocks of the vocabulary each rotated by its own amount.
+BASE_ROWS = 8
+BLOCKS = 8
+#: The base rows' generator seed (the same in every process).
+_BASE_SEED = 0x67656E6C6D  # b"genlm"
+_MASK64 = (1 << 64) - 1
 
 #: Names ``from_name`` accepts besides local directories: the project's test assets.
 ASSET_ALIASES = {
@@ -42,9 +60,17 @@ class MockAsyncLM(BatchedAsyncLM):
 
     Args:
         tokenizer: Any Hugging Face tokenizer.
-        temperature: Scale of the pseudo-random logits; lower is peakier.
+        temperature: Scale of the pseudo-random logits (standard normal ones divided by
+            it); lower is peakier.
         **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`
             (``batch_size``, ``max_wait``, ``cache_size``, ``vocab_size``, ...).
+
+    Each row is a permutation of one of a few base rows, chosen by a 64-bit seed of
+    the request (:func:`_seed`: its token ids and its adapter's bytes). Two different
+    requests get the same row only if their seeds choose the same base row and the
+    same rotations: odds of 1 in ``bases x prod(block sizes)`` (about 2^43 for a
+    256-token vocabulary, beyond the seed's own 2^64 from 4k tokens on), plus 2^-64
+    that their seeds collide.
 
     Attributes:
         batches: The size of each computed batch, oldest first, for tests and demos:
@@ -63,6 +89,8 @@ class MockAsyncLM(BatchedAsyncLM):
         super().__init__(tokenizer, **kwargs)
         self.temperature = temperature
         self.batches: list[int] = []  # the last recorded_batches batch sizes
+        self._bases: tuple[float, np.ndarray] | None = None  # (temperature, rows)
+        self._bases_lock = threading.Lock()
 
     @classmethod
     def from_name(cls, model_name: str, **opts: Any) -> MockAsyncLM:
@@ -78,18 +106,33 @@ class MockAsyncLM(BatchedAsyncLM):
         return cls(_load_tokenizer(model_name), **opts)
 
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
-        """Pseudo-random normalised log-probs, one row per request."""
+        """Pseudo-random normalised log-probs, one row per request, in the row pool's memory."""
         batches = self.batches
         batches.append(len(requests))
         if len(batches) > self.recorded_batches:
             del batches[: len(batches) - self.recorded_batches]
-        n = len(self.byte_vocab)
-        rows = np.empty((len(requests), n), dtype=np.float32)
-        for i, req in enumerate(requests):
-            rng = np.random.default_rng(_seed(req, self.adapter_handle(req)))
-            rows[i] = rng.standard_normal(n, dtype=np.float32) / self.temperature
-        logprobs = torch.log_softmax(torch.from_numpy(rows), dim=-1)
-        return self.row_pool.copy_rows(logprobs)  # one row each, in recycled memory
+        bases = self.base_rows()
+        rows = self.row_pool.empty_rows(len(requests))
+        for row, req in zip(rows, requests, strict=True):
+            _fill(row.numpy(), bases, _seed(req, self.adapter_handle(req)))
+        return rows
+
+    def base_rows(self) -> np.ndarray:
+        """The normalised rows every row is a permutation of, for the current temperature.
+
+        ``log_softmax(z / temperature)`` of standard normal ``z``, float32, from a
+        fixed seed: drawn once per temperature (tens of ms for a 262k vocabulary).
+        """
+        temperature = float(self.temperature)
+        with self._bases_lock:
+            if self._bases is None or self._bases[0] != temperature:
+                n = len(self.byte_vocab)
+                rng = np.random.default_rng(_BASE_SEED)
+                z = rng.standard_normal((_base_count(n), n), dtype=np.float32) / temperature
+                rows = torch.log_softmax(torch.from_numpy(z), dim=-1).numpy()
+                rows.flags.writeable = False
+                self._bases = (temperature, rows)
+            return self._bases[1]
 
     def load_adapter(self, adapter: LoraAdapter) -> bytes:
         """A fake adapter: its file's bytes (or a folder's files) perturb the distribution.
@@ -126,6 +169,42 @@ def _seed(req: Request, adapter: bytes | None) -> int:
     digest = hashlib.blake2b(seed.to_bytes(8, "little"), digest_size=8)
     digest.update(b"\0lora\0" + adapter)
     return int.from_bytes(digest.digest(), "little")
+
+
+def _base_count(n: int) -> int:
+    """Base rows for an ``n``-token vocabulary: :data:`BASE_ROWS`, more below 8k tokens
+    (at least 64k values in all, so a tiny vocabulary still has many distinct rows)."""
+    return max(BASE_ROWS, -(-(1 << 16) // n))
+
+
+def _mix(x: int) -> tuple[int, int]:
+    """One step of splitmix64: the next state and a well-mixed 64-bit output."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x, z ^ (z >> 31)
+
+
+def _fill(out: np.ndarray, bases: np.ndarray, seed: int) -> None:
+    """Write the row of ``seed`` into ``out``: a base row, each block rotated.
+
+    The seed picks the base row, then each of :data:`BLOCKS` equal parts of the
+    vocabulary is rotated by an amount drawn from it: a permutation, so ``out`` holds
+    the base row's values exactly (normalised as it is) in an order of the seed's.
+    """
+    state, pick = _mix(seed)
+    base = bases[pick % len(bases)]
+    n = len(out)
+    lo = 0
+    for j in range(1, BLOCKS + 1):
+        hi = n * j // BLOCKS
+        size = hi - lo
+        if size:
+            state, r = _mix(state)
+            shift = r % size
+            out[lo : hi - shift] = base[lo + shift : hi]
+            out[hi - shift : hi] = base[lo : lo + shift]
+        lo = hi
 
 
 def _load_tokenizer(model_name: str) -> Any:

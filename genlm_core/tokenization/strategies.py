@@ -17,11 +17,7 @@ from genlm_core.tokenization.byte_level import (
     byte_table_from_decoder,
     gpt2_byte_table,
 )
-from genlm_core.tokenization.sentencepiece import (
-    META_SYMBOL,
-    byte_piece_ids,
-    sentencepiece_bytes,
-)
+from genlm_core.tokenization.sentencepiece import META_SYMBOL, byte_piece_ids, sentencepiece_bytes
 from genlm_core.tokenization.tiktoken_style import find_tiktoken_tables, tiktoken_bytes
 from genlm_core.tokenization.validation import BatchDecoder, check_round_trip
 

@@ -8,6 +8,7 @@ import sys
 import threading
 import weakref
 
+import numpy as np
 import pytest
 import torch
 
@@ -382,3 +383,44 @@ def test_mock_rows_are_the_same_in_every_process(tokenizer):
     here = str(lm.next_token_logprobs_sync([1, 2, 3] * 100)[:4].tolist())
     lm.cleanup()
     assert outs == {here + "\n"}
+
+
+def test_mock_rows_are_normalised_permutations_of_a_few_base_rows(tokenizer):
+    """A row costs a copy (issue 39): each is a base row, permuted by the request's seed."""
+    lm = MockAsyncLM(tokenizer)
+    bases = [np.sort(base) for base in lm.base_rows()]
+    rows = lm.batch_next_token_logprobs_sync([[i + 1, 7] for i in range(50)])
+    for row in rows:
+        assert abs(torch.logsumexp(row.double(), 0).item()) < 1e-5
+        values = np.sort(row.numpy())
+        assert any(np.array_equal(values, base) for base in bases)
+    lm.cleanup()
+
+
+def test_mock_rows_differ_between_prompts_and_not_between_batches(tokenizer):
+    """Many distinct prompts over a tiny vocabulary: no two rows alike; batch shape is moot."""
+    lm = MockAsyncLM(tokenizer, cache_size=0)
+    prompts = [[a, b] for a in range(1, 60) for b in range(1, 60)]  # 3481 prompts
+    rows = lm.batch_next_token_logprobs_sync(prompts)
+    assert len({row.numpy().tobytes() for row in rows}) == len(prompts)
+    alone = torch.stack([lm.next_token_logprobs_sync(p) for p in prompts[::97]])
+    assert torch.equal(alone, rows[::97])
+    lm.cleanup()
+
+
+def test_mock_temperature_scales_the_base_logits(tokenizer):
+    """Lower temperature, peakier rows; changing it later draws new base rows."""
+    hot, cold = MockAsyncLM(tokenizer, temperature=2.0), MockAsyncLM(tokenizer, temperature=0.2)
+
+    def entropy(lm):
+        row = lm.next_token_logprobs_sync([1, 2])
+        return -(row.exp() * row).sum().item()
+
+    assert entropy(cold) < entropy(hot)
+    row = hot.next_token_logprobs_sync([1, 2])
+    hot.temperature = 0.2
+    hot.clear_cache()
+    assert torch.equal(hot.next_token_logprobs_sync([1, 2]), cold.next_token_logprobs_sync([1, 2]))
+    assert not torch.equal(row, cold.next_token_logprobs_sync([1, 2]))
+    hot.cleanup()
+    cold.cleanup()

@@ -131,3 +131,20 @@ async def test_base_class_default_gathers_next_token_calls(tokenizer):
     with pytest.raises(InvalidTokenIdsError, match="empty"):
         await lm.prefix_next_token_logprobs([])
     torch.testing.assert_close(await lm.prefix_next_token_logprobs([2, 3, 4], start=2), rows[2:])
+
+
+@pytest.mark.parametrize("cls", [MockAsyncLM, OneForwardMock])
+async def test_rows_asked_for_with_cache_false_are_not_cached(tokenizer, cls):
+    """Rows read once (the exact prefill's) must not evict the rows others read again."""
+    lm, ref = cls(tokenizer), MockAsyncLM(tokenizer, cache_size=0)
+    ids = [5, 6, 7, 8, 9]
+    await lm.next_token_logprobs(ids[:3])  # cached: used, and kept
+    rows = await lm.prefix_next_token_logprobs(ids, start=1, cache=False)
+    assert torch.equal(rows, expected(ref, ids)[1:])
+    batch = await lm.batch_next_token_logprobs([[1, 2], [3]], cache=False)
+    assert torch.equal(batch, ref.batch_next_token_logprobs_sync([[1, 2], [3]]))
+    assert lm.cache.keys() == [Request((5, 6, 7), None)]
+    assert torch.equal(await lm.next_token_logprobs([1, 2]), batch[0])  # computed again
+    assert Request((1, 2), None) in lm.cache  # and cached, asked for as usual
+    lm.cleanup()
+    ref.cleanup()

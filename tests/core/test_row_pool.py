@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -184,3 +185,22 @@ def test_slots_come_from_the_given_allocator():
     gc.collect()
     (again,) = pool.empty_rows(1)  # a recycled slot: the allocator is not asked again
     assert made == [4] and pool.stats().reused == 1
+
+
+def test_large_rows_live_in_mappings_of_their_own_given_back_when_freed():
+    """Off malloc's heap: cached rows there left holes between short-lived buffers."""
+    import mmap
+
+    width = 32_000  # 128 KB rows (Llama-2's vocabulary)
+    pool = RowPool(width, max_free_bytes=width * 4)  # keeps one free slot
+    rows = pool.copy_rows(batch(3, width))
+    np.testing.assert_array_equal(torch.stack(rows).numpy(), batch(3, width))
+    slots = [pool._live[row.data_ptr()].slot for row in rows]
+    assert all(isinstance(slot.base.obj, mmap.mmap) for slot in slots)
+    mappings = [weakref.ref(slot.base.obj) for slot in slots]
+    del rows, slots
+    gc.collect()
+    assert pool.stats().free_rows == 1 and sum(m() is None for m in mappings) == 2
+    small = RowPool(16, max_free_bytes=0)
+    (row,) = small.empty_rows(1)
+    assert small._live[row.data_ptr()].slot.base is None  # small rows: malloc's (np.empty)

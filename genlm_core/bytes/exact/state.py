@@ -35,6 +35,7 @@ from genlm_core.bytes.exact.trie_state import (
 from genlm_core.bytes.probs import LazyByteProbs, check_byte, next_byte_logps
 from genlm_core.bytes.shared_tries import locked, shared_async, shared_exact_trie_async
 from genlm_core.errors import InvalidTokenIdsError
+from genlm_core.lm import BatchedAsyncLM
 
 __all__ = ["ExactByteState"]
 
@@ -301,13 +302,14 @@ async def _entries(
 
     width = max(1, len(llm.byte_vocab)) * 4
     prefix = getattr(llm, "prefix_next_token_logprobs", None)
+    kw = {"cache": False} if isinstance(llm, BatchedAsyncLM) else {}  # rows read once
     if prefix is not None and len(chain) > 1:
         sequence = chain[-1].context
         start = chain[0].n_tokens - 1  # row i of a call from lo is chain[lo + i - start]
         step = _rows_per_call(width, len(sequence))
         for lo in range(start, len(sequence), step):
             hi = min(len(sequence), lo + step)
-            rows = await prefix(sequence[:hi], start=lo)
+            rows = await prefix(sequence[:hi], start=lo, **kw)
             for i, row in enumerate(rows):
                 read(_key(chain[lo + i - start]), row)
             del rows
@@ -315,7 +317,7 @@ async def _entries(
     while rest:
         step = _rows_per_call(width, max(by_context[k][0].n_tokens for k in rest[:4096]))
         batch, rest = rest[:step], rest[step:]
-        rows = await llm.batch_next_token_logprobs([by_context[k][0].context for k in batch])
+        rows = await llm.batch_next_token_logprobs([by_context[k][0].context for k in batch], **kw)
         for key, row in zip(batch, rows, strict=True):
             read(key, row)
         del rows

@@ -11,7 +11,6 @@ shows every time).
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 
 import pytest
@@ -88,29 +87,14 @@ async def test_exact_initial_builds_its_trie_tables_and_first_mask_off_the_loop(
     assert stall < BAR, f"ExactByteState.initial held the event loop {stall * 1000:.0f} ms"
 
 
-@pytest.fixture
-def frozen_heap():
-    """The objects made so far frozen out of the cyclic collector, as a program does.
-
-    A full collection pauses every thread for as long as it takes to scan the heap:
-    ~0.1 s here for torch, transformers and a 128k tokenizer before any byte state, and
-    any allocation in any thread can start one. That is the interpreter's pause, not
-    the library's (docs/bytes.md, *The event loop*); a program that needs shorter ones
-    calls ``gc.freeze()`` after loading. Frozen, the collections that the build's own
-    allocations start scan what it made (30-70 ms measured), and the library's own
-    calls are what this test measures.
-    """
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-
-
-async def test_exact_initial_whole_build_keeps_the_loop_running(fresh_llm, frozen_heap):
+async def test_exact_initial_whole_build_keeps_the_loop_running(fresh_llm):
     """Filter, tries and first mask, all built: 0.4-0.7 s stalls on 14983da.
 
     Reading tokenizer.json (``to_str`` and ``json.loads``), the merges-only Rust BPE and
-    ``np.unique(axis=0)`` each held the GIL for 0.15-0.6 s in the build thread.
+    ``np.unique(axis=0)`` each held the GIL for 0.15-0.6 s in the build thread; so did
+    the collector's full passes over torch's, transformers' and the tokenizer's objects
+    (0.15-0.35 s) until the builds froze the heap (``runtime._heap.freeze_heap``): the
+    program need not.
     """
     stall = await _longest_stall(fresh_llm, ExactByteState.initial)
     assert stall < BAR, f"ExactByteState.initial held the event loop {stall * 1000:.0f} ms"
@@ -160,3 +144,43 @@ async def test_concurrent_initials_build_once_and_share(fresh_llm, monkeypatch):
     assert a.shared.trie is b.shared.trie
     beams = await asyncio.gather(*(ByteBeamState.initial(llm, BeamParams(K=2)) for _ in range(3)))
     assert len({id(beam.states[0].trie) for beam in beams}) == 1
+
+
+async def test_builds_freeze_the_heap_and_a_cleaned_up_model_is_collected():
+    """A full collection over torch's, transformers' and a tokenizer's objects pauses every
+    thread 0.15-0.35 s; the builds freeze what exists, so the collections of later calls
+    scan only what they made. ``cleanup()`` thaws it: a model is a cycle, and frozen it
+    would never be collected. A heap the program froze first is left to the program.
+    """
+    import gc
+    import weakref
+
+    from genlm_core.runtime import _heap as heap
+    from genlm_core.testing import ByteTokenizer
+
+    heap.thaw_heap()  # what earlier tests left frozen
+    if gc.get_freeze_count():
+        pytest.skip("the heap was frozen by someone else")
+
+    async def build():
+        llm = MockAsyncLM(ByteTokenizer())
+        await ByteBeamState.initial(llm, BeamParams(K=2))
+        return llm
+
+    llm = await build()
+    assert gc.get_freeze_count() > 0
+    model = weakref.ref(llm)
+    llm.cleanup()
+    del llm
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert model() is None
+    gc.freeze()  # the program's own
+    frozen = gc.get_freeze_count()
+    try:
+        llm = await build()
+        assert gc.get_freeze_count() <= frozen  # not frozen again (frozen objects may die)
+        llm.cleanup()
+        assert 0 < gc.get_freeze_count() <= frozen  # nor thawed
+    finally:
+        gc.unfreeze()

@@ -95,24 +95,28 @@ from genlm_core.bytes import log_likelihood
 from genlm_core.testing import MockAsyncLM
 from transformers import AutoTokenizer
 
-llm = MockAsyncLM(AutoTokenizer.from_pretrained(tokenizer_dir("llama3")), cache_size=0)
+llm = MockAsyncLM(AutoTokenizer.from_pretrained(tokenizer_dir("llama3")))  # the defaults
 text = sys.stdin.buffer.read()
 
 async def main():
     await log_likelihood(llm, text[:200])  # the filter, trie and tables are built
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     await log_likelihood(llm, text)
-    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024
+    print(grown, llm.output_cache_info()["entries"])
 
 asyncio.run(main())
 """
 
 
 def test_memory_does_not_grow_with_the_text(tmp_path):
-    """log_likelihood of 8 KB over Llama-3's 128k tokens, the model caching nothing.
+    """log_likelihood of 8 KB over Llama-3's 128k tokens, at the library's defaults.
 
     Unwindowed, every row of the text (about 2,200 of 512 KB) was held at once: more
-    than 1 GiB. Windowed, a window's rows: the process grows by a few hundred MiB.
+    than 1 GiB. Windowed, a window's rows; and since its rows are read once, the
+    prefill keeps them out of the output cache (``cache=False``): before, they filled
+    its 256 MiB budget (+300 MiB, evicting rows others would read again); now the
+    process grows by ~30 MiB.
     """
     out = subprocess.run(
         [sys.executable, "-c", _GROWTH],
@@ -123,8 +127,9 @@ def test_memory_does_not_grow_with_the_text(tmp_path):
         env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
         check=True,
     )
-    grown_mib = int(out.stdout.decode().split()[-1])
-    assert grown_mib < 640, f"the process grew by {grown_mib} MiB reading 8 KB"
+    grown_mib, cached = map(int, out.stdout.decode().split()[-2:])
+    assert grown_mib < 128, f"the process grew by {grown_mib} MiB reading 8 KB"
+    assert cached <= 8, f"the prefill left {cached} rows in the output cache"
 
 
 async def test_a_windows_nodes_are_freed_without_the_collector(llm, eos, monkeypatch):
