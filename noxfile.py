@@ -18,7 +18,17 @@ import nox
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "virtualenv"
 nox.options.reuse_venv = "yes"
-nox.options.sessions = ["lint", "core", "plugin-author", "docs", "hf", "vllm", "mlx", "sgl"]
+nox.options.sessions = [
+    "lint",
+    "core",
+    "bytelm",
+    "plugin-author",
+    "docs",
+    "hf",
+    "vllm",
+    "mlx",
+    "sgl",
+]
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
@@ -28,6 +38,8 @@ TORCH = "torch==2.13.0"
 REFERENCE = ("genlm-backend==0.3.1", "genlm-bytes==0.2.0")
 RUFF = "ruff==0.17.6"
 BACKENDS = ("hf", "vllm", "mlx", "sgl")
+#: The byte-level LM: a plugin distribution too (plugins/genlm_bytelm), but no backend.
+BYTELM = "bytelm"
 LINT_PATHS = (
     "genlm_core",
     "genlm_assets",
@@ -130,6 +142,17 @@ def core(session: nox.Session) -> None:
     session.install("--no-deps", *CLIENTS)
     declare_installed(session, "tiktoken", *REFERENCE_MODULES)
     session.run("pytest", "tests/core", *session.posargs)
+
+
+@nox.session
+def bytelm(session: nox.Session) -> None:
+    """genlm-bytelm's tests (the byte-level LM on the mock), checked against genlm-bytes."""
+    session.env.update(TEST_ENV)
+    install_core(session, "assets")
+    install_plugins(session, BYTELM)
+    session.install(*REFERENCE)
+    declare_installed(session, "tiktoken", "genlm_bytelm", *REFERENCE_MODULES)
+    session.run("pytest", "tests/bytelm", *session.posargs)
 
 
 @nox.session(name="plugin-author")
@@ -257,6 +280,9 @@ def _backend_session(backend: str) -> None:
         session.env.update(TEST_ENV)
         install_core(session, "assets")
         engine = install_backend(session, backend)
+        # Each backend's tests run the byte-level LM (tests/*/test_exact_bytes.py) on it.
+        install_plugins(session, BYTELM)
+        declare_installed(session, "genlm_bytelm")
         if backend == "hf":
             # The byte-level LM's agreement tests run genlm-bytes on genlm-backend, and
             # llamppl (a genlm-backend client) must work on genlm-hf through the rename.
@@ -312,7 +338,7 @@ def bench(session: nox.Session, stack: str) -> None:
     session.env.update(OFFLINE)
     install_core(session, "assets", test=False)
     session.install(*REFERENCE)
-    install_plugins(session, "hf")
+    install_plugins(session, "hf", BYTELM)
     if stack == "mlx":
         install_backend(session, "mlx")
         # genlm-backend 0.3.1's AsyncMlxLM (the reference) needs mlx-lm < 0.32.
@@ -335,15 +361,15 @@ def install(session: nox.Session) -> None:
     session.run("pytest", "tests/install", "--noconftest", *session.posargs)
 
 
-#: The five distributions' project folders: genlm-core, then the plugins.
-PROJECTS = (ROOT, *(plugin_dir(b) for b in BACKENDS))
+#: The six distributions' project folders: genlm-core, then the plugins.
+PROJECTS = (ROOT, *(plugin_dir(b) for b in (*BACKENDS, BYTELM)))
 DIST = ROOT / "dist"
 RELEASE_TOOLS = ("build>=1.2", "twine>=6.1")
 
 
 @nox.session(default=False)
 def build(session: nox.Session) -> None:
-    """Wheels and sdists of the five distributions in dist/, checked and installed as a user would.
+    """Wheels and sdists of the six distributions in dist/, checked and installed as a user would.
 
     ``python -m build`` makes each sdist and then the wheel from that sdist, so the
     wheels checked and installed here are what the sdists build. ``twine check
@@ -367,7 +393,7 @@ def build(session: nox.Session) -> None:
 #: What ``nox -s freeze`` leaves uncapped: pinned already (torch), the venv's own tools,
 #: and this repository's distributions (installed from their folders).
 UNCAPPED = {"torch", "pip", "setuptools", "wheel", "genlm-core", "genlm-dummy"} | {
-    f"genlm-{b}" for b in BACKENDS
+    f"genlm-{b}" for b in (*BACKENDS, BYTELM)
 }
 
 
@@ -452,7 +478,8 @@ def lowest(session: nox.Session, dist: str) -> None:
     override.write_text(f"torch=={(torch or '').strip()}\n")
     projects = [".[assets]"]
     if LOWEST[dist] is not None:
-        projects.append(plugin_spec(dist, engine=LOWEST[dist]))
+        # a backend's tests run the byte-level LM on it (tests/*/test_exact_bytes.py)
+        projects += [str(plugin_dir(BYTELM)), plugin_spec(dist, engine=LOWEST[dist])]
     references = REFERENCE if dist in ("core", "hf") else ()
     python = str(Path(session.bin) / "python")
     session.run(
@@ -466,6 +493,7 @@ def lowest(session: nox.Session, dist: str) -> None:
         declare_installed(session, *REFERENCE_MODULES)
     if LOWEST[dist] is not None:
         declare_backend(session, dist)
+        declare_installed(session, "genlm_bytelm")
     session.run("pytest", f"tests/{dist}", *session.posargs)
     # The distribution's own floors: genlm-core's are judged by the core run (a plugin
     # that needs more of a shared dependency declares it itself, as genlm-hf does).
@@ -483,8 +511,8 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(name="demo-bytes", default=False)
 def demo_bytes(session: nox.Session) -> None:
-    """Byte-level generation from SmolLM2: a mid-word prompt, a lipogram (genlm_core.bytes)."""
+    """Byte-level generation from SmolLM2: a mid-word prompt, a lipogram (genlm-bytelm)."""
     session.env.update(OFFLINE)
     install_core(session, "assets", test=False)
-    install_plugins(session, "hf")
+    install_plugins(session, "hf", BYTELM)
     session.run("python", "examples/bytes_demo.py", *session.posargs)

@@ -1,4 +1,4 @@
-"""genlm_core.bytes over genlm-hf vs genlm-bytes 0.2.0 over genlm-backend 0.3.1, same run.
+"""genlm_bytelm over genlm-hf vs genlm-bytes 0.2.0 over genlm-backend 0.3.1, same run.
 
 SmolLM2-135M-Instruct, fp32, CPU, ``BeamParams(K=4, prune_threshold=0.05, heal=True)``.
 Both libraries run over the *same* transformers module (one copy of the weights), each
@@ -117,7 +117,7 @@ class Library:
 
             self.lm = AsyncTransformer(hf_model, tokenizer)
         else:
-            import genlm_core.bytes as bytes_module
+            import genlm_bytelm as bytes_module
             from genlm_hf.lm import AsyncTransformer
 
             self.lm = AsyncTransformer(hf_model, tokenizer)
@@ -196,7 +196,7 @@ def report(label: str, units: float, med: dict[str, float], bar: float) -> float
     ours, ref = units / med["ours"], units / med["ref"]
     ratio = ours / ref
     print(
-        f"  {label}: genlm-bytes {ref:8.1f}/s, genlm_core.bytes {ours:8.1f}/s, "
+        f"  {label}: genlm-bytes {ref:8.1f}/s, genlm_bytelm {ours:8.1f}/s, "
         f"ratio {ratio:.1f}x (bar >= {bar:g}x: {'PASS' if ratio >= bar else 'FAIL'})"
     )
     if "shared" in med:
@@ -220,7 +220,7 @@ def memory_child(prefill_bytes: int, steps: int) -> None:
     import psutil
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import genlm_core.bytes as gb
+    import genlm_bytelm as gb
     from genlm_core.testing.assets import model_dir
     from genlm_hf.lm import AsyncTransformer
 

@@ -65,7 +65,7 @@ def _model(name: str):
 
 async def run_one(name: str) -> dict[str, object]:
     """Subprocess body: one tokenizer, from a cold start."""
-    from genlm_core.bytes import CanonicalityUnsupportedError, ExactByteState
+    from genlm_bytelm import CanonicalityUnsupportedError, ExactByteState
 
     llm = _model(name)
     text = b" " + TEXT if name in DUMMY_PREFIX else TEXT

@@ -119,7 +119,7 @@ class Ticker:
 
 def _planning_clock() -> list[float]:
     """CPU seconds the prefill's planning (``_Windows``) spends, summed into the list."""
-    from genlm_core.bytes.exact import prefill as exact_prefill
+    from genlm_bytelm.exact import prefill as exact_prefill
 
     spent = [0.0]
     for name in ("first", "next_window"):
@@ -140,13 +140,13 @@ async def run_case(family: str, n_bytes: int, profile: bool, runs: bool = True) 
     """Subprocess body: one family, measured against the peak after ``initial``."""
     from transformers import AutoTokenizer
 
-    from genlm_core.bytes.exact import prefill as exact_prefill
+    from genlm_bytelm.exact import prefill as exact_prefill
 
     exact_prefill.SETTLED_RUNS = runs
     planning = _planning_clock()
 
     from genlm_assets import tokenizer_dir
-    from genlm_core.bytes import ExactByteState, log_likelihood
+    from genlm_bytelm import ExactByteState, log_likelihood
     from genlm_core.testing import MockAsyncLM
 
     llm = MockAsyncLM(AutoTokenizer.from_pretrained(tokenizer_dir(family)))

@@ -94,8 +94,8 @@ def load(model: str) -> Any:
 
 async def run_case(path: str, model: str, n: int) -> dict[str, Any]:
     """Subprocess body: one case, measured against the peak after the warm-up."""
-    from genlm_core.bytes import BeamParams, ByteBeamState, log_likelihood
-    from genlm_core.bytes.exact import prefill as exact_prefill
+    from genlm_bytelm import BeamParams, ByteBeamState, log_likelihood
+    from genlm_bytelm.exact import prefill as exact_prefill
 
     llm = load(model)
     text = text_of(n)

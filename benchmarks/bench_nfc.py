@@ -1,7 +1,7 @@
 """What Qwen3's NFC normalizer costs ExactByteState: the same vocabulary with and without it.
 
 Qwen3's tokenizer normalizes text to NFC first; the canonical filter then also keeps
-the text NFC (genlm_core/bytes/exact/canonical/nfc.py). This runs, in one process over
+the text NFC (genlm_bytelm/exact/canonical/nfc.py). This runs, in one process over
 MockAsyncLM, Qwen3's tokenizer as it is and the same tokenizer with its normalizer
 removed (the plain byte-level filter over the same 151k tokens), alternating:
 
@@ -42,7 +42,7 @@ async def main(repeats: int) -> None:
     from transformers import AutoTokenizer
 
     from genlm_assets import tokenizer_dir
-    from genlm_core.bytes import ExactByteState
+    from genlm_bytelm import ExactByteState
     from genlm_core.testing import MockAsyncLM
 
     path = str(tokenizer_dir("qwen3"))

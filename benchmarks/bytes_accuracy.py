@@ -20,7 +20,7 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from genlm_core.bytes import BeamParams, ByteBeamState  # noqa: E402
+from genlm_bytelm import BeamParams, ByteBeamState  # noqa: E402
 
 TEXTS = [
     b"The history of the city dates back to the Roman period, when a small settlement "

@@ -72,10 +72,10 @@ class Contender:
         if self.lib is not None:
             return await self.lib.beam()
         if self.kind.startswith("exact"):
-            from genlm_core.bytes import ExactByteState
+            from genlm_bytelm import ExactByteState
 
             return await ExactByteState.initial(self.lm, speculate=self.kind == "exact")
-        from genlm_core.bytes import BeamParams, ByteBeamState
+        from genlm_bytelm import BeamParams, ByteBeamState
 
         return await ByteBeamState.initial(self.lm, BeamParams(**K64))
 
@@ -98,7 +98,7 @@ async def prefill_run(c: Contender, clock: Any, text: bytes) -> dict[str, Any]:
 
 async def greedy_run(c: Contender, clock: Any, text: bytes, steps: int) -> dict[str, Any]:
     """Greedy bytes after ``text`` (prefill not timed); candidates counted at each step."""
-    from genlm_core.bytes import EOS
+    from genlm_bytelm import EOS
 
     state = await (await c.start()).prefill(text)
     clock.reset()
@@ -217,8 +217,8 @@ POINTS = 5
 async def tv_figures() -> None:
     """TV of every setting against K=64, the exact state's included (docs table rows)."""
     from genlm_assets import model_dir
+    from genlm_bytelm import BeamParams, ByteBeamState, ExactByteState
     from genlm_core import load_model_by_name
-    from genlm_core.bytes import BeamParams, ByteBeamState, ExactByteState
 
     llm = load_model_by_name(str(model_dir(MODEL)), backend="hf")
     eos = [bytes(llm.byte_vocab[llm.tokenizer.eos_token_id])]
@@ -268,8 +268,8 @@ async def tv_figures() -> None:
 async def bpb_figures() -> None:
     """Bits per byte of the docs' paragraph: exact, and the beams' estimates."""
     from genlm_assets import model_dir
+    from genlm_bytelm import BeamParams, ByteBeamState, log_likelihood
     from genlm_core import load_model_by_name
-    from genlm_core.bytes import BeamParams, ByteBeamState, log_likelihood
 
     llm = load_model_by_name(str(model_dir(MODEL)), backend="hf")
     text = TEXTS["English"] + b" During the Middle Ages it became an important market town."
@@ -301,7 +301,7 @@ def rule_figures(n: int) -> None:
     from transformers import AutoTokenizer
 
     from genlm_assets import model_dir, tokenizer_dir
-    from genlm_core.bytes.exact.canonical import EMPTY, CanonicalFilter
+    from genlm_bytelm.exact.canonical import EMPTY, CanonicalFilter
     from genlm_core.tokenization import decode_vocab
 
     alphabet = list("ab cdeA1 23 .,!'\n\t-s") + ["é", "中", "文", "😀", " ", "  ", "\n\n", "'s"]

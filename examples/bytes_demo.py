@@ -34,13 +34,13 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from genlm_core import load_model_by_name  # noqa: E402
-from genlm_core.bytes import (  # noqa: E402
+from genlm_bytelm import (  # noqa: E402
     BeamParams,
     ByteBeamState,
     ExactByteState,
     log_likelihood,
 )
+from genlm_core import load_model_by_name  # noqa: E402
 
 
 async def generate(beam, steps: int, banned: bytes = b"") -> tuple[bytes, float]:

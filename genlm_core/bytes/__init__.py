@@ -1,70 +1,52 @@
-"""A language model over bytes, built on any token-level AsyncLM (genlm-bytes 0.2.0).
+"""``genlm_core.bytes``: an alias of :mod:`genlm_bytelm`, the byte-level LM's own distribution.
 
-:class:`ByteBeamState` keeps a beam of the likeliest tokenizations of the bytes read and
-reads (or generates) one byte at a time; :class:`ExactByteState` has the same interface
-and computes the next-byte distribution exactly over canonical tokenizations (byte-level
-BPE and SentencePiece BPE tokenizers). Migrating from genlm-bytes is an import rename
-(``genlm.bytes`` -> ``genlm_core.bytes``, submodules included)::
-
-    from genlm_core import load_model_by_name
-    from genlm_core.bytes import BeamParams, ByteBeamState, ExactByteState
-
-    llm = load_model_by_name("path/to/model", backend="hf")
-    beam = await ByteBeamState.initial(llm, BeamParams(K=5, prune_threshold=0.05))
-    beam = await beam.prefill(b"An apple a day keeps the ")
-    logp = await beam.logp_next()            # 258 entries: bytes, EOT (256), EOS (257)
-    beam = await (beam.prune() << ord("d"))
-    state = await (await ExactByteState.initial(llm)).prefill(b"The capital of Fra")
-
-See ``docs/bytes.md`` for what each computes and what it costs.
+genlm-bytes' code migrates by an import rename (``genlm.bytes`` -> ``genlm_core.bytes``);
+the byte-level LM itself ships apart from the core (``pip install genlm-bytelm``). Every
+``genlm_core.bytes[.sub.module]`` is the very module object of ``genlm_bytelm[.sub.module]``
+(one class per name, so ``isinstance`` and monkeypatching agree under either name).
 """
 
 from __future__ import annotations
 
-from genlm_core.bytes.byte_lm.beam import ByteBeamState
-from genlm_core.bytes.byte_lm.heal import TokenHealer
-from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
-from genlm_core.bytes.byte_lm.params import BeamParams
-from genlm_core.bytes.byte_lm.trie_state import LazyTrieState
-from genlm_core.bytes.chart import Chart
-from genlm_core.bytes.errors import (
-    CanonicalityUnsupportedError,
-    EmptyBeamError,
-    InvalidBeamParamsError,
-    InvalidByteError,
-    InvalidByteProbsError,
-    MissingStartTokenError,
-    NaNLogProbError,
-    NotMaterializedError,
-)
-from genlm_core.bytes.exact.state import ExactByteState
-from genlm_core.bytes.likelihood import TextLikelihood, log_likelihood
-from genlm_core.bytes.probs import EOS, EOT, LazyByteProbs
-from genlm_core.trie.async_trie import AsyncTokenByteTrie
-from genlm_core.trie.byte_trie import TokenByteTrie, TrieMode
+import importlib
+import importlib.abc
+import importlib.util
+import sys
 
-__all__ = [
-    "EOS",
-    "EOT",
-    "AsyncTokenByteTrie",
-    "BeamParams",
-    "ByteBeamState",
-    "CanonicalityUnsupportedError",
-    "Chart",
-    "EmptyBeamError",
-    "ExactByteState",
-    "InvalidBeamParamsError",
-    "InvalidByteError",
-    "InvalidByteProbsError",
-    "LazyByteProbs",
-    "LazyTrieState",
-    "MissingStartTokenError",
-    "NaNLogProbError",
-    "NotMaterializedError",
-    "StatefulTokenizedLM",
-    "TokenByteTrie",
-    "TextLikelihood",
-    "TokenHealer",
-    "TrieMode",
-    "log_likelihood",
-]
+_ALIAS, _REAL = __name__, "genlm_bytelm"
+
+try:
+    _real = importlib.import_module(_REAL)
+except ModuleNotFoundError as error:
+    if error.name != _REAL:
+        raise
+    raise ModuleNotFoundError(
+        f"{_ALIAS} is the byte-level LM, which ships as its own distribution: "
+        f"pip install genlm-bytelm (from a checkout: pip install -e plugins/genlm_bytelm)",
+        name=_ALIAS,
+    ) from None
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves ``genlm_core.bytes.X`` to the module ``genlm_bytelm.X`` (importing it)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith(_ALIAS + "."):
+            return None
+        real = _REAL + fullname[len(_ALIAS) :]
+        if importlib.util.find_spec(real) is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        module = importlib.import_module(_REAL + spec.name[len(_ALIAS) :])
+        spec.loader_state = module.__spec__  # the import system sets the alias's on it
+        return module
+
+    def exec_module(self, module):  # the real module ran when it was imported
+        module.__spec__ = module.__spec__.loader_state
+
+
+if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
+    sys.meta_path.insert(0, _AliasFinder())
+sys.modules[_ALIAS] = _real

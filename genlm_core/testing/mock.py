@@ -172,8 +172,10 @@ def _seed(req: Request, adapter: bytes | None) -> int:
 
 
 def _base_count(n: int) -> int:
-    """Base rows for an ``n``-token vocabulary: :data:`BASE_ROWS`, more below 8k tokens
-    (at least 64k values in all, so a tiny vocabulary still has many distinct rows)."""
+    """Base rows for an ``n``-token vocabulary: :data:`BASE_ROWS`, more below 8k tokens.
+
+    At least 64k values in all, so a tiny vocabulary still has many distinct rows.
+    """
     return max(BASE_ROWS, -(-(1 << 16) // n))
 
 

@@ -4,7 +4,8 @@ Issue 29's bars: every backend class has at most four classes of ours in its met
 resolution order (what it holds, adapters, row handling, sampling, is composed, not
 inherited); the contract (``genlm_core/lm``) imports nothing from ``genlm_core/loading``;
 no source file of the core or of a plugin is over 500 lines; the core without its
-``testing/`` package is at most 15,000 lines.
+``testing/`` package is at most 10,000 lines; the byte-level LM lives in its own
+distribution (``plugins/genlm_bytelm``), the core keeping a migration alias only.
 
 The engines of vllm, mlx and sgl are not installed here, so each class's own bases are
 read from its source and resolved through its ``from genlm_core... import`` lines; a
@@ -23,7 +24,9 @@ from session_requires import require
 ROOT = Path(__file__).resolve().parents[2]
 MAX_OURS = 4
 MAX_LINES = 500
-MAX_CORE_LINES = 15_000
+MAX_CORE_LINES = 10_000  # issue 40's bar is 8,000 (the tries still to move out)
+#: genlm_core/bytes: the migration alias of genlm_bytelm, nothing more (issue 40).
+MAX_ALIAS_LINES = 60
 
 #: Every backend class: its source file, its name, and the module it imports as.
 BACKENDS = [
@@ -106,7 +109,7 @@ def test_no_source_file_is_over_500_lines() -> None:
     assert not long, f"split these modules (at most {MAX_LINES} lines each): {long}"
 
 
-def test_the_core_without_testing_is_at_most_15000_lines() -> None:
+def test_the_core_without_testing_is_at_most_10000_lines() -> None:
     sources = [p for p in ROOT.glob("genlm_core/**/*.py") if "testing" not in p.parts]
     per_package: dict[str, int] = {}
     for p in sources:
@@ -117,3 +120,16 @@ def test_the_core_without_testing_is_at_most_15000_lines() -> None:
         f"genlm_core without testing/ is {total} lines (at most {MAX_CORE_LINES}): "
         f"a feature that is not core belongs in a plugin; per package: {per_package}"
     )
+
+
+def test_the_byte_level_lm_is_outside_the_core() -> None:
+    alias = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("genlm_core/bytes/**/*.py"))
+    assert alias == ["genlm_core/bytes/__init__.py"], alias
+    lines = len((ROOT / "genlm_core/bytes/__init__.py").read_text().splitlines())
+    assert lines <= MAX_ALIAS_LINES, f"the genlm_core.bytes alias grew to {lines} lines"
+    importers = [
+        p.relative_to(ROOT).as_posix()
+        for p in ROOT.glob("genlm_core/**/*.py")
+        if "genlm_bytelm" in p.read_text() and p.parts[-2:] != ("bytes", "__init__.py")
+    ]
+    assert not importers, f"the core must not depend on the byte-level LM: {importers}"

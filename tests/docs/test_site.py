@@ -22,7 +22,7 @@ SITE = ROOT / "site"
 #: Package -> its ``__init__``; each has a page ``site/api/<package with _>/``.
 PACKAGES = {
     "genlm_core": "genlm_core/__init__.py",
-    "genlm_core.bytes": "genlm_core/bytes/__init__.py",
+    "genlm_bytelm": "plugins/genlm_bytelm/src/genlm_bytelm/__init__.py",
     "genlm_assets": "genlm_assets/__init__.py",
     "genlm_hf": "plugins/genlm_hf/src/genlm_hf/__init__.py",
     "genlm_vllm": "plugins/genlm_vllm/src/genlm_vllm/__init__.py",

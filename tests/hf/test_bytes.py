@@ -16,8 +16,8 @@ import pytest
 from genlm.backend.llm import AsyncTransformer as BackendTransformer
 from genlm_bytes_reference import TEXTS, exact_sums, max_deviation
 
-import genlm_core.bytes.byte_lm.prefill as prefill_module
-from genlm_core.bytes import BeamParams, ByteBeamState
+import genlm_bytelm.byte_lm.prefill as prefill_module
+from genlm_bytelm import BeamParams, ByteBeamState
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")  # inside genlm-bytes
 

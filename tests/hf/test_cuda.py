@@ -336,7 +336,7 @@ async def test_seeded_sampling_from_device_rows(hf_models):
 async def test_byte_level_lm_on_cuda_agrees_with_cpu(hf_models, row_device):
     import numpy as np
 
-    from genlm_core.bytes import BeamParams, ByteBeamState, ExactByteState
+    from genlm_bytelm import BeamParams, ByteBeamState, ExactByteState
 
     loaded = hf_models("tiny-gpt2")
     cpu = loaded.lm()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from torch_lm import Float64TorchLM
 
-from genlm_core.bytes import BeamParams, ByteBeamState, ExactByteState, log_likelihood
+from genlm_bytelm import BeamParams, ByteBeamState, ExactByteState, log_likelihood
 
 TEXT = b"The history of the city dates back to the Roman period, when a small settlement grew."
 

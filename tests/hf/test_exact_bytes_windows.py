@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from genlm_core.bytes import ExactByteState, log_likelihood
-from genlm_core.bytes.exact import prefill as exact_prefill
+from genlm_bytelm import ExactByteState, log_likelihood
+from genlm_bytelm.exact import prefill as exact_prefill
 
 TEXT = b"The history of the city dates back to the Roman period, when a small settlement grew."
 

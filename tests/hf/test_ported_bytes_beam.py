@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from genlm_core.bytes import BeamParams, ByteBeamState
-from genlm_core.bytes.trie import EOS
+from genlm_bytelm import BeamParams, ByteBeamState
+from genlm_bytelm.trie import EOS
 
 
 def find_token_id_by_bytes(byte_vocab, target_bytes):
@@ -234,8 +234,8 @@ async def test_eos_logp_next_probability_sum(llm):
 @pytest.mark.asyncio
 async def test_trie_state_mass_not_materialized(llm):
     """Test that accessing mass before materializing raises an error."""
-    from genlm_core.bytes.byte_lm.trie_state import LazyTrieState
-    from genlm_core.bytes.trie import AsyncTokenByteTrie
+    from genlm_bytelm.byte_lm.trie_state import LazyTrieState
+    from genlm_bytelm.trie import AsyncTokenByteTrie
 
     eos_token = llm.byte_vocab[llm.tokenizer.eos_token_id].byte_string
     trie = AsyncTokenByteTrie.from_vocab(llm.byte_vocab, eos_byte_strings={eos_token})
@@ -275,7 +275,7 @@ async def test_trie_state_lshift_terminated(llm):
 
 def test_lm_state_max_context_length(llm):
     """Test that StatefulTokenizedLM truncates context when max_context_length is reached."""
-    from genlm_core.bytes.byte_lm.lm_state import StatefulTokenizedLM
+    from genlm_bytelm.byte_lm.lm_state import StatefulTokenizedLM
 
     # Create a state with max_context_length=3 and context already at limit
     # This tests the truncation branch
@@ -295,8 +295,8 @@ async def test_logp_next_with_duplicate_eot_edges():
     """Test that logp_next correctly aggregates probabilities for duplicate EOT edges."""
     import numpy as np
 
-    from genlm_core.bytes.byte_lm.trie_state import LazyTrieState
-    from genlm_core.bytes.trie import AsyncTokenByteTrie
+    from genlm_bytelm.byte_lm.trie_state import LazyTrieState
+    from genlm_bytelm.trie import AsyncTokenByteTrie
     from genlm_core.tokenization import Token
 
     # Create vocab with duplicate byte strings (same prefix leads to multiple EOT edges)

@@ -6,7 +6,7 @@ The hub model "gpt2" is the tiny GPT-2 asset: GPT-2's tokenizer, which decides h
 import numpy as np
 import pytest
 
-from genlm_core.bytes import BeamParams, ByteBeamState
+from genlm_bytelm import BeamParams, ByteBeamState
 
 TEXT = ". Boulter starred in the 2011 film Mercenaries directed by Paris Leonti ."
 VALKYRIA = "= Valkyria Chronicles III =Senjō no Valkyria 3 : Unrecorded Chronicles ( Japanese : 戦場のヴァルキュリア3 , li"

@@ -95,7 +95,12 @@ def one(paths) -> Path:
     return found[0]
 
 
-PROJECTS = (Project(ROOT), *(Project(ROOT / "plugins" / f"genlm_{b}") for b in BACKENDS))
+#: The plugin distributions that are no backend: the byte-level LM.
+OTHER_PLUGINS = ("bytelm",)
+PROJECTS = (
+    Project(ROOT),
+    *(Project(ROOT / "plugins" / f"genlm_{b}") for b in (*BACKENDS, *OTHER_PLUGINS)),
+)
 
 
 def by_name(name: str) -> Project:

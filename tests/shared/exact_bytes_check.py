@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from torch_lm import Float64TorchLM
 
-from genlm_core.bytes import ExactByteState
+from genlm_bytelm import ExactByteState
 
 #: Texts with a mid-word end, code, digits and multi-byte UTF-8.
 TEXTS = (b"The capital of Fra", b"x = [1, 2]\n", "caf\u00e9 \u6771".encode())

@@ -20,7 +20,7 @@ import genlm.bytes.trie as their_trie
 import numpy as np
 import torch
 
-import genlm_core.bytes as ours
+import genlm_bytelm as ours
 
 #: Texts the agreement tests read: English, code, multi-byte UTF-8 (2-4 byte characters).
 TEXTS = {

@@ -1,8 +1,8 @@
 """The unwindowed plan of ``ExactByteState.prefill`` before issue 27: a test oracle.
 
 Every context reading a whole text creates, as one forest, listed before any row is
-asked for (what main did up to 14983da). ``tests/core/bytes/test_exact_long_texts.py``
-checks the windowed prefill (``genlm_core.bytes.exact.prefill``) against it.
+asked for (what main did up to 14983da). ``tests/bytelm/test_exact_long_texts.py``
+checks the windowed prefill (``genlm_bytelm.exact.prefill``) against it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from genlm_core.bytes.exact.plan import Spellings, can_go_on, goes_on_longer
+from genlm_bytelm.exact.plan import Spellings, can_go_on, goes_on_longer
 
 
 @dataclass(eq=False)
