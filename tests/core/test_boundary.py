@@ -32,7 +32,9 @@ import genlm_core
 names = [
     m.name
     for m in pkgutil.walk_packages(genlm_core.__path__, "genlm_core.")
-    if not m.name.startswith("genlm_core.testing") and m.name != "genlm_core.__main__"
+    # genlm_core.bytes: the alias of genlm-bytelm, another distribution
+    if not m.name.startswith(("genlm_core.testing", "genlm_core.bytes"))
+    and m.name != "genlm_core.__main__"
 ]
 for name in names:
     importlib.import_module(name)
@@ -50,13 +52,13 @@ def test_every_core_module_imports_with_genlm_assets_blocked():
     )
     assert proc.returncode == 0, proc.stderr
     count, rest = proc.stdout.strip().split(" ", 1)
-    assert int(count) > 100  # every module, not an empty walk
+    assert int(count) > 50  # every module, not an empty walk
     assert rest == "[] []"
 
 
 def test_no_core_source_names_genlm_assets_in_an_import():
     sources = core_sources()
-    assert len(sources) > 100
+    assert len(sources) > 50
     offenders = []
     for path in sources:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
