@@ -210,3 +210,20 @@ async def test_settled_run_is_the_encoding_with_extends_pending(family):
         and canon.settled_run(b"\xe6\x9d\xb1 x y", 1, partial, 7) is None
     )
     assert canon.settled_run(TEXT, 0, EMPTY, 3) is None  # nothing settled yet
+
+
+async def test_qwen3_run_checks_nfc_with_the_segment_before_it(qwen3):
+    """Text NFC alone can follow a segment it is not NFC after: no run is offered then."""
+    from genlm_bytelm.exact.canonical import Pending
+    from genlm_bytelm.exact.canonical.added import AddedPending
+
+    canon = (await ExactByteState.initial(qwen3)).shared.canon
+
+    def after(char):  # settled after ``char`` (Qwen3's filter wraps the BPE one: added tokens)
+        return AddedPending(Pending((), b"", canon.byte_vocab, char), run_end=char.encode())
+
+    text = "\u0301 and more words here, and more.".encode()
+    assert canon.settled_run(text, 0, after("e"), len(text)) is None  # "é" in NFC
+    tokens, end = canon.settled_run(text, 0, after("x"), len(text))  # "x" + U+0301: no form
+    assert b"".join(canon.byte_vocab[t] for t in tokens) == text[:-1]  # the "." may go on
+    assert end.inner.segment == "e"  # from the last inert character read, "more"'s "e"
