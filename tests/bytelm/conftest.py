@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
+from asset_tokenizers import asset_tokenizer
 from transformers import AutoTokenizer
 
 from genlm_core.testing import MockAsyncLM
@@ -22,15 +21,10 @@ def compiled_trie_kernels():
     trie.weight_max(torch.tensor([0.5, 0.5]))
 
 
-@functools.cache
-def _tokenizer(name: str):
-    return AutoTokenizer.from_pretrained(tokenizer_dir(name), local_files_only=True)
-
-
 @pytest.fixture(scope="session")
 def tokenizer_of():
     """``tokenizer_of(name)``: the asset tokenizer ``name``, loaded once per session (shared)."""
-    return _tokenizer
+    return asset_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -14,36 +14,28 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from asset_tokenizers import asset_tokenizer
 from byte_oracle import gpt2_bytes
-
-
-@functools.cache
-def _tokenizer(name: str) -> Any:
-    from transformers import AutoTokenizer
-
-    from genlm_assets import tokenizer_dir
-
-    return AutoTokenizer.from_pretrained(tokenizer_dir(name), local_files_only=True)
 
 
 @functools.cache
 def _decoded(name: str) -> tuple[list, list]:
     from genlm_core.tokenization import decode_vocab
 
-    return decode_vocab(_tokenizer(name))
+    return decode_vocab(asset_tokenizer(name))
 
 
 @functools.cache
 def _reference_decoded(name: str) -> tuple[list, list]:
     from genlm.backend.tokenization import decode_vocab
 
-    return decode_vocab(_tokenizer(name))
+    return decode_vocab(asset_tokenizer(name))
 
 
 @pytest.fixture(scope="session")
 def tokenizer_of() -> Callable[[str], Any]:
     """``tokenizer_of(name)``: the asset tokenizer ``name``, loaded once per session."""
-    return _tokenizer
+    return asset_tokenizer
 
 
 @pytest.fixture(scope="session")
