@@ -120,6 +120,7 @@ class ByteOracle:
         self._keys = [b for b, _ in entries]
         self._ids = [i for _, i in entries]
         self._rows: dict[tuple[int, ...], np.ndarray] = {}
+        self._canonical_after: dict[tuple[int, ...], dict[int, bool]] = {}
 
     # -- model -------------------------------------------------------------------------
 
@@ -177,7 +178,20 @@ class ByteOracle:
         return self.canonical_after(ids[:-1], [ids[-1]])[0]
 
     def canonical_after(self, context: tuple[int, ...], lasts: list[int]) -> list[bool]:
-        """:meth:`canonical` of ``context + (d,)`` for each ``d`` in ``lasts``."""
+        """:meth:`canonical` of ``context + (d,)`` for each ``d`` in ``lasts``.
+
+        Answers are remembered per ``(context, d)``: the byte-by-byte checks ask about
+        the same token strings again for every prefix length.
+        """
+        known = self._canonical_after.setdefault(context, {})
+        unknown = [d for d in dict.fromkeys(lasts) if d not in known]
+        if unknown:
+            known.update(
+                zip(unknown, self._canonical_after_uncached(context, unknown), strict=True)
+            )
+        return [known[d] for d in lasts]
+
+    def _canonical_after_uncached(self, context: tuple[int, ...], lasts: list[int]) -> list[bool]:
         head = b"".join(self.vocab[t] for t in context)
         out = [False] * len(lasts)
         todo = []
