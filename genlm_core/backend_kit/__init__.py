@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from genlm_core._validation import is_int_at_least, is_integer
 from genlm_core.backend_kit._engine_lm import EngineLM
-from genlm_core.backend_kit._planning import PlannedRow, plan_groups, shared_prefixes
+from genlm_core.backend_kit._planning import PlannedInput, plan_groups, shared_prefixes
 from genlm_core.backend_kit._prefix_cached import (
     DEFAULT_KV_CACHE_BYTES,
     DEFAULT_MAX_BATCH_KV_BYTES,
@@ -25,7 +25,7 @@ __all__ = [
     "DEFAULT_MAX_BATCH_KV_BYTES",
     "MIN_SHARED",
     "EngineLM",
-    "PlannedRow",
+    "PlannedInput",
     "PrefixCachedLM",
     "PrefixCacheStats",
     "PrefixNode",

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 
-class PlannedRow(Protocol):
+class PlannedInput(Protocol):
     """A prompt of a batch: its tokens and how many leading positions are cached."""
 
     @property
@@ -25,7 +25,7 @@ class PlannedRow(Protocol):
         ...
 
 
-R = TypeVar("R", bound=PlannedRow)
+R = TypeVar("R", bound=PlannedInput)
 
 
 def plan_groups(rows: Sequence[R], bytes_per_token: int, max_group_bytes: int) -> list[list[R]]:
@@ -60,7 +60,7 @@ def plan_groups(rows: Sequence[R], bytes_per_token: int, max_group_bytes: int) -
     return groups
 
 
-def shared_prefixes(rows: Sequence[PlannedRow], min_shared: int) -> list[tuple[int, ...]]:
+def shared_prefixes(rows: Sequence[PlannedInput], min_shared: int) -> list[tuple[int, ...]]:
     """Prefixes that several rows share beyond their cached pasts, worth computing once.
 
     In lexicographic order a row's longest common prefix with any other row is the one

@@ -80,10 +80,12 @@ class PrefixCachedLM(BatchedAsyncLM):
         return not self.kv_reuse_off_reason
 
     @abstractmethod
-    def _row(self, adapter: Any, token_ids: tuple[int, ...], *, first: int | None = None) -> Any:
-        """A row of a forward: ``token_ids`` from the longest cached prefix before ``first``.
+    def _forward_input(
+        self, adapter: Any, token_ids: tuple[int, ...], *, first: int | None = None
+    ) -> Any:
+        """The forward input of ``token_ids`` from the longest cached prefix before ``first``.
 
-        ``first`` (default: the last position) is the first position to compute. The row
+        ``first`` (default: the last position) is the first position to compute. It
         has ``token_ids`` and ``past_len`` (what :func:`plan_groups` reads).
         """
 
@@ -143,17 +145,23 @@ class PrefixCachedLM(BatchedAsyncLM):
         :attr:`max_batch_kv_bytes`.
         """
         done: dict[tuple[int, ...], torch.Tensor] = {}
-        rows = [self._row(adapter, ids) for ids in prompts]
+        rows = [self._forward_input(adapter, ids) for ids in prompts]
         if self.kv_reuse and len(rows) > 1:
             shared = shared_prefixes(rows, MIN_SHARED)
             if shared:
                 done.update(self._compute(adapter, shared))
-                rows = [self._row(adapter, r.token_ids) for r in rows if r.token_ids not in done]
+                rows = [
+                    self._forward_input(adapter, r.token_ids)
+                    for r in rows
+                    if r.token_ids not in done
+                ]
         groups = plan_groups(rows, self.bytes_per_token, self.max_batch_kv_bytes)
         for index, planned in enumerate(groups):
             # After the first forward, look up again: inserts may have evicted what was
             # found before, or added longer prefixes.
-            group = [self._row(adapter, r.token_ids) for r in planned] if index else planned
+            group = (
+                [self._forward_input(adapter, r.token_ids) for r in planned] if index else planned
+            )
             if self.kv_reuse:
                 for row in group:
                     self.kv_cache.count(row.past_len)

@@ -361,16 +361,20 @@ class AsyncLMBase(ABC):
 
     @property
     def closed(self) -> bool:
-        """True after :meth:`cleanup`."""
+        """True after :meth:`close` (or :meth:`cleanup`, its genlm-backend name)."""
         return self._closed
 
-    def cleanup(self) -> None:
+    def close(self) -> None:
         """Release the model's resources. Idempotent; later calls raise ModelClosedError.
 
         Queued calls fail with :class:`ModelClosedError`; a computation running finishes
         first (this waits for it), and none starts once this returns. From a coroutine,
-        ``await`` :meth:`cleanup_async` instead.
+        ``await`` :meth:`aclose` instead (it also lets the calls already made finish).
         """
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        """:meth:`close` under genlm-backend's name; what :meth:`close` runs."""
         with self._cleanup_lock:
             if self._closed:
                 return
@@ -402,7 +406,7 @@ class AsyncLMBase(ABC):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.cleanup()
+        self.close()
 
     async def __aenter__(self) -> AsyncLMBase:
         return self

@@ -93,8 +93,8 @@ class AutoBatcher(Generic[K, R]):
         self._slots: dict[K, _Waiters] = {}
         self._queue: list[K] = []
         self._first_at = 0.0  # loop.time() of the first request of the pending batch
-        # A batch of an older worker generation (the state was reset) touches no counter.
-        self._generation = 0
+        # A batch of an older worker epoch (the state was reset) touches no counter.
+        self._epoch = 0
         self._worker: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._in_flight = 0  # batches handed to the thread and not yet finished
@@ -212,7 +212,7 @@ class AutoBatcher(Generic[K, R]):
         if n == 1:
             self._first_at = loop.time()
             if self._worker is None:
-                self._worker = loop.create_task(self._run(self._generation))
+                self._worker = loop.create_task(self._run(self._epoch))
             else:
                 _wake(self._wakeup)
         elif n == self.max_batch_size:
@@ -244,7 +244,7 @@ class AutoBatcher(Generic[K, R]):
             f"{self.name} is closed; create a new AutoBatcher (or a new model) to submit more"
         )
 
-    async def _run(self, generation: int) -> None:
+    async def _run(self, epoch: int) -> None:
         loop = asyncio.get_running_loop()
         try:
             while True:
@@ -256,18 +256,18 @@ class AutoBatcher(Generic[K, R]):
                     if len(self._queue) >= self.max_batch_size and (
                         self._in_flight < _PIPELINE_DEPTH
                     ):
-                        self._start(loop, generation)  # full: it cannot grow, queue it now
+                        self._start(loop, epoch)  # full: it cannot grow, queue it now
                     else:
                         await self._sleep(loop)  # until a batch finishes or one fills up
                 elif self._queue:
                     await self._hold(loop)
-                    self._start(loop, generation)
+                    self._start(loop, epoch)
                 else:
                     # Idle: end, so that nothing of ours holds the loop (a closed loop and
                     # its batcher can then be freed); the next request starts a worker.
                     return
         except asyncio.CancelledError:
-            if generation == self._generation:
+            if epoch == self._epoch:
                 self._fail_all(
                     BatcherClosedError(
                         f"{self.name}'s worker was cancelled (is its event loop shutting "
@@ -276,11 +276,11 @@ class AutoBatcher(Generic[K, R]):
                 )
             raise
         except Exception as exc:  # a bug in the batcher itself: never leave callers hanging
-            if generation == self._generation:
+            if epoch == self._epoch:
                 self._fail_all(exc)
             raise
         finally:
-            if generation == self._generation:
+            if epoch == self._epoch:
                 self._reset_worker()
                 self._loop = None  # keep only the weak reference: the loop may be freed
                 if self._closed:
@@ -338,7 +338,7 @@ class AutoBatcher(Generic[K, R]):
                 del slots[key]
         return keys, waiters
 
-    def _start(self, loop: asyncio.AbstractEventLoop, generation: int) -> None:
+    def _start(self, loop: asyncio.AbstractEventLoop, epoch: int) -> None:
         """Take the due batch and hand it to the thread; it comes back via _finish."""
         keys, waiters = self._take()
         if not keys:
@@ -346,7 +346,7 @@ class AutoBatcher(Generic[K, R]):
         self._in_flight += 1
         self._stats.batches += 1
         self._stats.max_batch_seen = max(self._stats.max_batch_seen, len(keys))
-        on_done = functools.partial(self._finish, generation, keys, waiters)
+        on_done = functools.partial(self._finish, epoch, keys, waiters)
         try:
             lane = self._shared_lane
             if lane is None:
@@ -370,14 +370,14 @@ class AutoBatcher(Generic[K, R]):
 
     def _finish(
         self,
-        generation: int,
+        epoch: int,
         keys: list[K],
         waiters: list[_Waiters],
         results: list[R] | None,
         exc: BaseException | None,
     ) -> None:
         """Resolve (or fail) every future of a finished batch, in one loop callback."""
-        if generation == self._generation:
+        if epoch == self._epoch:
             self._in_flight -= 1
             if exc is not None:
                 self._stats.errors += 1
@@ -407,7 +407,7 @@ class AutoBatcher(Generic[K, R]):
         fail_waiting(slots.values(), exc)
 
     def _reset_worker(self) -> None:
-        self._generation += 1
+        self._epoch += 1
         self._worker = None
         self._wakeup = None
         self._in_flight = 0

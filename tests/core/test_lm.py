@@ -137,6 +137,29 @@ async def test_use_after_cleanup(lm):
             await call()
 
 
+async def test_close_is_cleanup_under_one_lifecycle(tokenizer):
+    """close() is the lifecycle's end; cleanup() (genlm-backend's name) is the same call."""
+    calls = []
+
+    class Counted(MockAsyncLM):
+        def cleanup(self):  # a subclass written against genlm-backend's name still runs
+            calls.append("cleanup")
+            super().cleanup()
+
+    lm = Counted(tokenizer)
+    await lm.next_token_logprobs([1])
+    lm.close()
+    assert lm.closed and calls == ["cleanup"]
+    with pytest.raises(ModelClosedError, match="cleanup"):
+        await lm.next_token_logprobs([2])
+    lm.close()  # idempotent
+    lm.cleanup()
+    assert lm.closed
+    with Counted(tokenizer) as other:
+        other.next_token_logprobs_sync([1])
+    assert other.closed and calls[-1] == "cleanup"
+
+
 async def test_async_context_manager(tokenizer):
     async with MockAsyncLM(tokenizer) as lm:
         await lm.next_token_logprobs([1])

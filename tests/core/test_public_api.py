@@ -113,7 +113,7 @@ PACKAGE_SURFACES = {
     ],
     "genlm_core.backend_kit": [
         "DEFAULT_KV_CACHE_BYTES", "DEFAULT_MAX_BATCH_KV_BYTES", "EngineLM", "MIN_SHARED",
-        "PlannedRow", "PrefixCacheStats", "PrefixCachedLM", "PrefixNode", "PrefixTree",
+        "PlannedInput", "PrefixCacheStats", "PrefixCachedLM", "PrefixNode", "PrefixTree",
         "is_int_at_least", "is_integer", "max_positions_of", "plan_groups",
         "require_pieces", "require_version", "shared_prefixes", "version_supported",
     ],

@@ -177,17 +177,19 @@ def test_small_cpu_models_get_a_helper_thread(hf_models):
 @pytest.mark.parametrize("batched", [True, False])
 def test_gathered_pasts_are_left_padded_with_zeros(batched):
     """Padding reads a slot holding nan; the buffer's padding must still be 0."""
-    from genlm_hf._forward import Row, _gather_pasts
+    from genlm_hf._forward import ForwardInput, _gather_pasts
 
     copy_bytes = 8 << 20 if batched else 0  # 0: the row-by-row path for big batches
     layers2, heads, dim = 4, 2, 3
     pool = torch.randn(layers2, heads, 20, dim)
     pool[:, :, 0] = float("nan")
     rows = [
-        Row((1,) * 6, [(5, 3), (10, 2)], 5),  # two runs
-        Row((2,) * 3, [(15, 2)], 2),  # one run
-        Row((3,), [], 0),  # no past
-        Row((4,) * 5, [(2, 2), (17, 2)], 4),  # two runs again: its slots follow the first's
+        ForwardInput((1,) * 6, [(5, 3), (10, 2)], 5),  # two runs
+        ForwardInput((2,) * 3, [(15, 2)], 2),  # one run
+        ForwardInput((3,), [], 0),  # no past
+        ForwardInput(
+            (4,) * 5, [(2, 2), (17, 2)], 4
+        ),  # two runs again: its slots follow the first's
     ]
     width_past = 5
     buffer = torch.full((layers2, 4, heads, width_past + 1, dim), 7.0)

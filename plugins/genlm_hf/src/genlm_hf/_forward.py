@@ -40,11 +40,11 @@ from transformers.cache_utils import Cache, DynamicLayer
 from genlm_hf._device import CPU_COPY_BYTES, index_on, to_device
 from genlm_hf._logits import linears, log_softmax_rows, logits_into
 from genlm_hf._workspace import Workspace
-from genlm_hf.kvcache import Run
+from genlm_hf.kvcache import SlotRun
 
 __all__ = [
     "KVLayout",
-    "Row",
+    "ForwardInput",
     "Workspace",
     "log_softmax_rows",
     "probe_layout",
@@ -88,7 +88,7 @@ class KVLayout:
 
 
 @dataclasses.dataclass
-class Row:
+class ForwardInput:
     """One request of a batch: its tokens and the cached segments of its past.
 
     Attributes:
@@ -98,7 +98,7 @@ class Row:
     """
 
     token_ids: tuple[int, ...]
-    segments: list[Run]
+    segments: list[SlotRun]
     past_len: int
 
     @property
@@ -183,7 +183,7 @@ def _input_device(model: Any) -> torch.device:
 
 def _gather_pasts(
     buffer: torch.Tensor,
-    rows: Sequence[Row],
+    rows: Sequence[ForwardInput],
     width_past: int,
     pool: torch.Tensor | None,
     max_copy_bytes: int = CPU_COPY_BYTES,
@@ -298,7 +298,7 @@ class _SlotCache(DynamicCache):
 @torch.no_grad()
 def run_group(
     model: Any,
-    rows: Sequence[Row],
+    rows: Sequence[ForwardInput],
     layout: KVLayout | None,
     *,
     keep_kwarg: bool = True,

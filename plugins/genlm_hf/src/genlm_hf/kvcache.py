@@ -28,9 +28,9 @@ import torch
 from genlm_core.backend_kit import PrefixCacheStats, PrefixTree, is_int_at_least
 from genlm_hf._device import CPU_COPY_BYTES, index_on
 
-__all__ = ["BATCHED_COPY_BYTES", "KVCacheStats", "PrefixKVCache", "Run"]
+__all__ = ["BATCHED_COPY_BYTES", "KVCacheStats", "PrefixKVCache", "SlotRun"]
 
-Run = tuple[int, int]
+SlotRun = tuple[int, int]
 """Consecutive pool slots: ``(first slot, number of slots)``."""
 
 #: Largest temporary copy the batched store path makes by default (bytes); bigger
@@ -53,14 +53,14 @@ class KVCacheStats(PrefixCacheStats):
     pool_bytes: int
 
 
-def _take(runs: Sequence[Run], m: int) -> tuple[tuple[Run, ...], tuple[Run, ...]]:
+def _take(runs: Sequence[SlotRun], m: int) -> tuple[tuple[SlotRun, ...], tuple[SlotRun, ...]]:
     """Split runs covering n positions into the first ``m`` positions and the rest.
 
     Node payloads are tuples of int pairs: Python's garbage collector stops tracking
     those, so a large cache adds nothing to its full collections.
     """
-    head: list[Run] = []
-    tail: list[Run] = []
+    head: list[SlotRun] = []
+    tail: list[SlotRun] = []
     left = m
     for start, length in runs:
         if left >= length:
@@ -74,7 +74,7 @@ def _take(runs: Sequence[Run], m: int) -> tuple[tuple[Run, ...], tuple[Run, ...]
     return tuple(head), tuple(tail)
 
 
-def _join(runs: tuple[Run, ...], more: tuple[Run, ...]) -> tuple[Run, ...]:
+def _join(runs: tuple[SlotRun, ...], more: tuple[SlotRun, ...]) -> tuple[SlotRun, ...]:
     """Runs of a segment followed by those of its extension (adjacent runs fused)."""
     if runs and more:
         start, length = runs[-1]
@@ -108,9 +108,9 @@ class PrefixKVCache:
         self._slot_bytes = 0
         self._capacity = 0  # slots the budget allows
         self._fresh = 0  # slots [fresh, pool size) were never used
-        self._free: list[Run] = []  # freed runs, reused last-in first-out
+        self._free: list[SlotRun] = []  # freed runs, reused last-in first-out
         self._used = 0  # slots held by nodes
-        self._tree: PrefixTree[tuple[Run, ...]] = PrefixTree(
+        self._tree: PrefixTree[tuple[SlotRun, ...]] = PrefixTree(
             split=_take, release=self._free_runs, merge=_join
         )  # a node's payload: the runs of slots holding its positions
 
@@ -128,7 +128,7 @@ class PrefixKVCache:
 
     def match(
         self, adapter: Hashable, token_ids: Sequence[int], limit: int, *, record: bool = True
-    ) -> list[Run]:
+    ) -> list[SlotRun]:
         """Find the longest cached prefix of ``token_ids[:limit]``.
 
         The slots returned hold what they should until the next :meth:`insert` (which
@@ -148,7 +148,7 @@ class PrefixKVCache:
             of their lengths.
         """
         found, pos = self._tree.match(adapter, token_ids, limit)
-        runs: list[Run] = []
+        runs: list[SlotRun] = []
         for node_runs, used, held in found:
             runs.extend(node_runs if used == held else _take(node_runs, used)[0])
         if record:
@@ -250,7 +250,7 @@ class PrefixKVCache:
         size = min(self._capacity, _MIN_SLOTS) if grow else self._capacity
         self._pool = torch.empty((layers2, heads, size, dim), dtype=kv.dtype, device=kv.device)
 
-    def _alloc(self, n: int, protect: Sequence[object]) -> list[Run] | None:
+    def _alloc(self, n: int, protect: Sequence[object]) -> list[SlotRun] | None:
         """Take ``n`` slots (as runs), evicting LRU leaves not on ``protect`` if needed."""
         if n > self._capacity:
             return None
@@ -258,7 +258,7 @@ class PrefixKVCache:
         while self._capacity - self._used < n:
             if not self._tree.evict_one(keep):
                 return None  # only this prefix's own ancestors are left
-        runs: list[Run] = []
+        runs: list[SlotRun] = []
         need = n
         free = self._free
         while need and free:
@@ -295,7 +295,7 @@ class PrefixKVCache:
 
     # -- dropping ------------------------------------------------------------------
 
-    def _free_runs(self, runs: Sequence[Run]) -> None:
+    def _free_runs(self, runs: Sequence[SlotRun]) -> None:
         """A dropped node's slots go back to the free list."""
         for run in reversed(runs):
             self._free.append(run)

@@ -44,8 +44,8 @@ from genlm_core.loading import check_dtype, resolve_model_name
 from genlm_hf import _peft
 from genlm_hf._device import GPU_BATCH_SIZE, default_budgets
 from genlm_hf._forward import (
+    ForwardInput,
     KVLayout,
-    Row,
     accepts_logits_to_keep,
     log_softmax_rows,
     probe_layout,
@@ -290,19 +290,21 @@ class AsyncTransformer(PrefixCachedLM):
         """
         return self._per_adapter(requests, self._prefixes.compute)
 
-    def _row(self, adapter: str | None, ids: tuple[int, ...], *, first: int | None = None) -> Row:
-        """A row of a forward: ``ids`` run from the longest cached prefix of ``ids[:first]``.
+    def _forward_input(
+        self, adapter: str | None, ids: tuple[int, ...], *, first: int | None = None
+    ) -> ForwardInput:
+        """The forward input of ``ids`` run from the longest cached prefix of ``ids[:first]``.
 
         ``first`` (default: the last position, whose logits are wanted) is the first
         position the forward must compute.
         """
         if self._layout is None:
-            return Row(ids, [], 0)
+            return ForwardInput(ids, [], 0)
         limit = len(ids) - 1 if first is None else first
         segments = self.kv_cache.match(adapter, ids, limit, record=False)
-        return Row(ids, segments, sum(used for _, used in segments))
+        return ForwardInput(ids, segments, sum(used for _, used in segments))
 
-    def _forward(self, group: list[Row], *, all_positions: bool = False) -> Any:
+    def _forward(self, group: list[ForwardInput], *, all_positions: bool = False) -> Any:
         """:func:`run_group` over ``group`` with this model's buffers, helper and kernel."""
         return run_group(
             self.model,
@@ -319,7 +321,7 @@ class AsyncTransformer(PrefixCachedLM):
             gather_workspace=self._gather_workspace,
         )
 
-    def _forward_rows(self, adapter: str | None, group: list[Row]) -> list[torch.Tensor]:
+    def _forward_rows(self, adapter: str | None, group: list[ForwardInput]) -> list[torch.Tensor]:
         """One forward over ``group`` (the base class's hook): log-probs, K/V stored."""
         logits, buffer, width_past = self._forward(group)
         rows = self._log_softmax(logits)
@@ -338,7 +340,7 @@ class AsyncTransformer(PrefixCachedLM):
         return log_softmax_rows(logits, self._logprobs_workspace, self._helper, self.row_pool)
 
     def _store_kv(
-        self, adapter: str | None, group: list[Row], buffer: Any, width_past: int
+        self, adapter: str | None, group: list[ForwardInput], buffer: Any, width_past: int
     ) -> None:
         """Keep the keys and values a forward over ``group`` computed (``buffer``, if any)."""
         if buffer is not None:

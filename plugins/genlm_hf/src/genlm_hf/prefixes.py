@@ -20,7 +20,7 @@ import torch
 
 from genlm_core.backend_kit import plan_groups
 from genlm_core.lm import PrefixRequest, Request
-from genlm_hf._forward import Row
+from genlm_hf._forward import ForwardInput
 
 if TYPE_CHECKING:
     from genlm_hf.lm import AsyncTransformer
@@ -56,13 +56,15 @@ class PrefixForwards:
             group = []
             for k in pending:
                 ids = reqs[k].token_ids
-                row = lm._row(adapter, ids[: done[k] + chunk], first=done[k])
+                row = lm._forward_input(adapter, ids[: done[k] + chunk], first=done[k])
                 owner[id(row)] = k
                 group.append(row)
             for index, planned in enumerate(plan_groups(group, per_token, lm.max_batch_kv_bytes)):
                 ks = [owner[id(row)] for row in planned]
                 if index:  # a forward's inserts may have evicted the slots found before
-                    planned = [lm._row(adapter, r.token_ids, first=r.past_len) for r in planned]
+                    planned = [
+                        lm._forward_input(adapter, r.token_ids, first=r.past_len) for r in planned
+                    ]
                 outs = self._forward_all_positions(adapter, planned)
                 for k, row, out in zip(ks, planned, outs, strict=True):
                     rows[k][row.past_len : len(row.token_ids)] = out
@@ -86,7 +88,9 @@ class PrefixForwards:
             n += 1
         return n
 
-    def _forward_all_positions(self, adapter: str | None, group: list[Row]) -> list[list[Any]]:
+    def _forward_all_positions(
+        self, adapter: str | None, group: list[ForwardInput]
+    ) -> list[list[Any]]:
         """One forward over ``group`` keeping every new position; K/V stored. Rows per row."""
         lm = self._lm
         logits, buffer, width_past = lm._forward(group, all_positions=True)

@@ -27,11 +27,11 @@ from typing import Any
 
 import mlx.core as mx
 
-__all__ = ["Row", "last_logits", "run_group", "run_plain"]
+__all__ = ["ForwardInput", "last_logits", "run_group", "run_plain"]
 
 
 @dataclasses.dataclass
-class Row:
+class ForwardInput:
     """One request of a batch: its tokens and the cached key/values of its past.
 
     Attributes:
@@ -103,21 +103,23 @@ def last_logits(logits: mx.array, n_new: Sequence[int]) -> mx.array:
     return last.astype(mx.float32)
 
 
-def _inputs(rows: Sequence[Row], width_new: int) -> mx.array:
+def _inputs(rows: Sequence[ForwardInput], width_new: int) -> mx.array:
     return mx.array(
         [list(r.token_ids[r.past_len :]) + [0] * (width_new - r.n_new) for r in rows],
         dtype=mx.int32,
     )
 
 
-def run_plain(model: Any, rows: Sequence[Row]) -> mx.array:
+def run_plain(model: Any, rows: Sequence[ForwardInput]) -> mx.array:
     """Last-position logits of whole prompts, right-padded, without any cache."""
     width = max(r.n_new for r in rows)
     logits = model(_inputs(rows, width))
     return last_logits(logits, [r.n_new for r in rows])
 
 
-def run_group(model: Any, rows: Sequence[Row], n_layers: int) -> tuple[mx.array, list[mx.array]]:
+def run_group(
+    model: Any, rows: Sequence[ForwardInput], n_layers: int
+) -> tuple[mx.array, list[mx.array]]:
     """Run one forward for ``rows`` over their cached pasts.
 
     Args:
@@ -182,7 +184,7 @@ def run_group(model: Any, rows: Sequence[Row], n_layers: int) -> tuple[mx.array,
     return logprobs, kvs
 
 
-def _first_part(rows: Sequence[Row]) -> mx.array:
+def _first_part(rows: Sequence[ForwardInput]) -> mx.array:
     for r in rows:
         if r.parts:
             return r.parts[0]

@@ -37,7 +37,7 @@ from genlm_core.backend_kit import (  # noqa: E402
 from genlm_core.lm import LoraAdapter  # noqa: E402
 from genlm_core.loading import check_dtype, resolve_model_name  # noqa: E402
 from genlm_mlx import _lora  # noqa: E402
-from genlm_mlx._forward import Row, run_group, run_plain  # noqa: E402
+from genlm_mlx._forward import ForwardInput, run_group, run_plain  # noqa: E402
 from genlm_mlx._loading import ModelLoadError, load_model, resolve_path  # noqa: E402
 from genlm_mlx._lora import Switch  # noqa: E402
 from genlm_mlx.kvcache import PrefixKVCache  # noqa: E402
@@ -164,17 +164,21 @@ class AsyncMlxLM(PrefixCachedLM):
         b = tuple(range(n - 1, n - 6, -1))
         c = a[:5] + (n - 7, n - 8, n - 9)
         try:
-            _, kv_a = run_group(self.model, [Row(a[:5], [], 0)], self._n_layers)
-            _, kv_b = run_group(self.model, [Row(b[:2], [], 0)], self._n_layers)
+            _, kv_a = run_group(self.model, [ForwardInput(a[:5], [], 0)], self._n_layers)
+            _, kv_b = run_group(self.model, [ForwardInput(b[:2], [], 0)], self._n_layers)
             # padded: pasts of different lengths (array mask, one RoPE offset per row)
             padded, _ = run_group(
-                self.model, [Row(a, [kv_a[0]], 5), Row(b, [kv_b[0]], 2)], self._n_layers
+                self.model,
+                [ForwardInput(a, [kv_a[0]], 5), ForwardInput(b, [kv_b[0]], 2)],
+                self._n_layers,
             )
             # uniform: equal pasts and widths (causal mask, one offset)
             uniform, _ = run_group(
-                self.model, [Row(a, [kv_a[0]], 5), Row(c, [kv_a[0]], 5)], self._n_layers
+                self.model,
+                [ForwardInput(a, [kv_a[0]], 5), ForwardInput(c, [kv_a[0]], 5)],
+                self._n_layers,
             )
-            want = [run_plain(self.model, [Row(ids, [], 0)])[0] for ids in (a, b, c)]
+            want = [run_plain(self.model, [ForwardInput(ids, [], 0)])[0] for ids in (a, b, c)]
             got = [padded[0], padded[1], uniform[1]]
             err = max(mx.abs(g - w).max().item() for g, w in zip(got, want, strict=True))
         except Exception as exc:  # noqa: BLE001 - any failure means: no prefix reuse
@@ -192,15 +196,17 @@ class AsyncMlxLM(PrefixCachedLM):
 
     # -- the model's side of the computation ------------------------------------------
 
-    def _row(self, adapter: str | None, ids: tuple[int, ...], *, first: int | None = None) -> Row:
+    def _forward_input(
+        self, adapter: str | None, ids: tuple[int, ...], *, first: int | None = None
+    ) -> ForwardInput:
         """``ids`` from its longest cached prefix (the base class's hook)."""
         if not self.kv_reuse:
-            return Row(ids, [], 0)
+            return ForwardInput(ids, [], 0)
         limit = len(ids) - 1 if first is None else first
         parts, past = self.kv_cache.match(adapter, ids, limit, record=False)
-        return Row(ids, parts, past)
+        return ForwardInput(ids, parts, past)
 
-    def _forward_rows(self, adapter: str | None, group: list[Row]) -> list[torch.Tensor]:
+    def _forward_rows(self, adapter: str | None, group: list[ForwardInput]) -> list[torch.Tensor]:
         """One forward over ``group`` (the base class's hook): log-probs, K/V stored."""
         if self.kv_reuse:
             logits, kvs = run_group(self.model, group, self._n_layers)
@@ -214,7 +220,7 @@ class AsyncMlxLM(PrefixCachedLM):
 
     def _plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
         """One forward over the whole prompt, no cache (the base class's uncached path)."""
-        logits = run_plain(self.model, [Row(token_ids, [], 0)])
+        logits = run_plain(self.model, [ForwardInput(token_ids, [], 0)])
         mx.eval(logits)
         return _log_softmax(logits)[0]
 
