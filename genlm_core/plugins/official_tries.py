@@ -1,7 +1,7 @@
 """The project's own trie plugins: which are not installed, and the command to install each.
 
 The core registers only the pure-NumPy ``reference`` trie; the fast ones ship apart
-(``plugins/genlm_trie_*``) and register through ``genlm.tries`` like any plugin. This
+(each in its folder under ``plugins/``) and register through ``genlm.tries`` like any plugin. This
 table lets ``genlm backends`` and the trie registry name the missing ones with their
 install command, as :mod:`genlm_core.plugins.official` does for backends.
 """

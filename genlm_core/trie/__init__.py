@@ -21,6 +21,7 @@ raises ``ModuleNotFoundError`` saying what to install. Names are imported lazily
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from genlm_core._lazy import lazy_exports
@@ -44,31 +45,42 @@ __all__ = [
 
 #: The trie plugins the old names load from: import package -> distribution.
 _PLUGINS = {"genlm_trie_numba": "genlm-trie-numba", "genlm_trie_torch": "genlm-trie-torch"}
+#: The names that live in a trie plugin -> its import package (as imported below).
+_MOVED = {
+    "ParallelTokenCharacterTrie": "genlm_trie_numba",
+    "TokenByteTrie": "genlm_trie_numba",
+    "TokenCharacterTrie": "genlm_trie_numba",
+    "TorchTokenCharacterTrie": "genlm_trie_torch",
+}
 
 _lookup, __dir__ = lazy_exports(globals())
 
 
 def __getattr__(name: str) -> Any:  # noqa: D103 - the PEP 562 hook
-    try:
-        return _lookup(name)
-    except ModuleNotFoundError as error:
-        distribution = _PLUGINS.get(str(error.name))
-        if distribution is None:
-            raise
+    package = _MOVED.get(name)
+    if package is not None and not _importable(package):
+        distribution = _PLUGINS[package]
+        folders = dict.fromkeys(("genlm_trie_numba", package))  # numba's first: a dependency
         raise ModuleNotFoundError(
             f"genlm_core.trie.{name} ships in {distribution}, a trie plugin: "
             f"pip install {distribution} (from a checkout: pip install "
-            f"{_install_from_checkout(distribution)})",
-            name=error.name,
-        ) from None
+            f"{' '.join(f'-e plugins/{f}' for f in folders)})",
+            name=package,
+        )
+    return _lookup(name)
 
 
-def _install_from_checkout(distribution: str) -> str:
-    """The editable-install arguments of a trie plugin in a checkout (numba's first)."""
-    folders = ["plugins/genlm_trie_numba"]
-    if distribution != "genlm-trie-numba":
-        folders.append(f"plugins/{distribution.replace('-', '_')}")
-    return " ".join(f"-e {f}" for f in folders)
+def _importable(package: str) -> bool:
+    """Whether ``package`` is installed: a regular package, not the folder left behind.
+
+    ``pip uninstall`` leaves a plugin's folder when numba cached kernels in it; that
+    folder would import as an empty namespace package.
+    """
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin is not None
 
 
 if TYPE_CHECKING:  # pragma: no cover
