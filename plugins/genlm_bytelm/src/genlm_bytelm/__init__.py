@@ -45,7 +45,7 @@ from genlm_bytelm.likelihood import TextLikelihood, log_likelihood
 from genlm_bytelm.probs import EOS, EOT, LazyByteProbs
 from genlm_core.trie.async_trie import AsyncTokenByteTrie
 from genlm_core.trie.protocols import TrieMode
-from genlm_trie_numba import TokenByteTrie
+from genlm_trie_numba.byte_trie import TokenByteTrie
 
 __all__ = [
     "__version__",
