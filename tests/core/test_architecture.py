@@ -4,7 +4,7 @@ Issue 29's bars: every backend class has at most four classes of ours in its met
 resolution order (what it holds, adapters, row handling, sampling, is composed, not
 inherited); the contract (``genlm_core/lm``) imports nothing from ``genlm_core/loading``;
 no source file of the core or of a plugin is over 500 lines; the core without its
-``testing/`` package is at most 9,000 lines; the byte-level LM lives in its own
+``testing/`` package is at most 8,900 lines; the byte-level LM lives in its own
 distribution (``plugins/genlm_bytelm``), the core keeping a migration alias only; the
 numba and torch tries live in theirs (``plugins/genlm_trie_numba``,
 ``plugins/genlm_trie_torch``), the core keeping the protocols, the reference trie and
@@ -28,7 +28,7 @@ from session_requires import require
 ROOT = Path(__file__).resolve().parents[2]
 MAX_OURS = 4
 MAX_LINES = 500
-MAX_CORE_LINES = 9_000  # issue 40's bar is 8,000 (8,9xx once the tries moved out)
+MAX_CORE_LINES = 8_900  # issue 40's bar is 8,000; 8,884 once the tries moved out
 #: genlm_core/bytes: the migration alias of genlm_bytelm, nothing more (issue 40).
 MAX_ALIAS_LINES = 60
 
@@ -113,7 +113,7 @@ def test_no_source_file_is_over_500_lines() -> None:
     assert not long, f"split these modules (at most {MAX_LINES} lines each): {long}"
 
 
-def test_the_core_without_testing_is_at_most_9000_lines() -> None:
+def test_the_core_without_testing_is_at_most_8900_lines() -> None:
     sources = [p for p in ROOT.glob("genlm_core/**/*.py") if "testing" not in p.parts]
     per_package: dict[str, int] = {}
     for p in sources:
