@@ -40,6 +40,12 @@ RUFF = "ruff==0.17.6"
 BACKENDS = ("hf", "vllm", "mlx", "sgl")
 #: The byte-level LM: a plugin distribution too (plugins/genlm_bytelm), but no backend.
 BYTELM = "bytelm"
+#: The trie plugins (plugins/genlm_trie_*): the numba tries, which every other plugin
+#: depends on, and the torch (CUDA) trie, which depends on them.
+TRIE_NUMBA, TRIE_TORCH = "trie_numba", "trie_torch"
+TRIES = (TRIE_NUMBA, TRIE_TORCH)
+#: Their import packages, for GENLM_TEST_INSTALLED.
+TRIE_MODULES = tuple(f"genlm_{t}" for t in TRIES)
 LINT_PATHS = (
     "genlm_core",
     "genlm_assets",
@@ -120,8 +126,14 @@ def install_core(session: nox.Session, *extras: str, test: bool = True) -> None:
     session.install("-e", spec, *(TEST_DEPS if test else ()))
 
 
-def install_plugins(session: nox.Session, *backends: str) -> None:
-    session.install(*(arg for b in backends for arg in ("-e", str(plugin_dir(b)))))
+def install_plugins(session: nox.Session, *plugins: str) -> None:
+    """Install ``plugins`` editable from their folders, genlm-trie-numba's first.
+
+    Every plugin depends on genlm-trie-numba, which no package index has yet: pip must
+    find it in this checkout, not ask an index for it.
+    """
+    names = dict.fromkeys((TRIE_NUMBA, *plugins))
+    session.install(*(arg for b in names for arg in ("-e", str(plugin_dir(b)))))
 
 
 @nox.session
@@ -135,12 +147,17 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def core(session: nox.Session) -> None:
-    """genlm-core's own tests (no plugin installed), checked against genlm-backend/-bytes."""
+    """genlm-core's own tests, with its trie plugins, checked against genlm-backend/-bytes.
+
+    The trie plugins are installed as every backend's user gets them (genlm-backend's
+    clients build tries); tests/core/test_trie_plugins.py hides them to check the core alone.
+    """
     session.env.update(TEST_ENV)
     install_core(session, "assets")
+    install_plugins(session, *TRIES)
     session.install(*REFERENCE)
     session.install("--no-deps", *CLIENTS)
-    declare_installed(session, "tiktoken", *REFERENCE_MODULES)
+    declare_installed(session, "tiktoken", *TRIE_MODULES, *REFERENCE_MODULES)
     session.run("pytest", "tests/core", *session.posargs)
 
 
@@ -151,7 +168,7 @@ def bytelm(session: nox.Session) -> None:
     install_core(session, "assets")
     install_plugins(session, BYTELM)
     session.install(*REFERENCE)
-    declare_installed(session, "tiktoken", "genlm_bytelm", *REFERENCE_MODULES)
+    declare_installed(session, "tiktoken", "genlm_bytelm", "genlm_trie_numba", *REFERENCE_MODULES)
     session.run("pytest", "tests/bytelm", *session.posargs)
 
 
@@ -230,7 +247,8 @@ def install_backend(session: nox.Session, backend: str) -> bool:
     """
     extra, note = engine_extra(backend)
     session.log(f"engine extra of genlm-{backend} here: {extra}" + (f" ({note})" if note else ""))
-    session.install("-e", plugin_spec(backend))
+    # genlm-trie-numba first: the plugin depends on it, and no index has it yet.
+    session.install("-e", str(plugin_dir(TRIE_NUMBA)), "-e", plugin_spec(backend))
     after, remove = recipe_steps(backend, extra)
     if after:
         session.install(*after)
@@ -249,7 +267,7 @@ def declare_backend(session: nox.Session, backend: str) -> bool:
     """
     wanted = (*ENGINE_MODULES[backend], *FEATURE_EXTRAS.get(backend, ()))
     present = distributed_modules(session, wanted)
-    declare_installed(session, f"genlm_{backend}", *present)
+    declare_installed(session, f"genlm_{backend}", "genlm_trie_numba", *present)
     return all(m in present for m in ENGINE_MODULES[backend])
 
 
@@ -338,7 +356,7 @@ def bench(session: nox.Session, stack: str) -> None:
     session.env.update(OFFLINE)
     install_core(session, "assets", test=False)
     session.install(*REFERENCE)
-    install_plugins(session, "hf", BYTELM)
+    install_plugins(session, "hf", BYTELM, *((TRIE_TORCH,) if stack == "gpu" else ()))
     if stack == "mlx":
         install_backend(session, "mlx")
         # genlm-backend 0.3.1's AsyncMlxLM (the reference) needs mlx-lm < 0.32.
@@ -361,15 +379,15 @@ def install(session: nox.Session) -> None:
     session.run("pytest", "tests/install", "--noconftest", *session.posargs)
 
 
-#: The six distributions' project folders: genlm-core, then the plugins.
-PROJECTS = (ROOT, *(plugin_dir(b) for b in (*BACKENDS, BYTELM)))
+#: The eight distributions' project folders: genlm-core, then the plugins.
+PROJECTS = (ROOT, *(plugin_dir(b) for b in (*BACKENDS, BYTELM, *TRIES)))
 DIST = ROOT / "dist"
 RELEASE_TOOLS = ("build>=1.2", "twine>=6.1")
 
 
 @nox.session(default=False)
 def build(session: nox.Session) -> None:
-    """Wheels and sdists of the six distributions in dist/, checked and installed as a user would.
+    """Wheels and sdists of the eight distributions in dist/, checked and installed as a user would.
 
     ``python -m build`` makes each sdist and then the wheel from that sdist, so the
     wheels checked and installed here are what the sdists build. ``twine check
@@ -393,7 +411,7 @@ def build(session: nox.Session) -> None:
 #: What ``nox -s freeze`` leaves uncapped: pinned already (torch), the venv's own tools,
 #: and this repository's distributions (installed from their folders).
 UNCAPPED = {"torch", "pip", "setuptools", "wheel", "genlm-core", "genlm-dummy"} | {
-    f"genlm-{b}" for b in (*BACKENDS, BYTELM)
+    f"genlm-{b}".replace("_", "-") for b in (*BACKENDS, BYTELM, *TRIES)
 }
 
 
@@ -476,7 +494,9 @@ def lowest(session: nox.Session, dist: str) -> None:
     override = Path(session.create_tmp()) / "torch.txt"
     # The exact local version (2.13.0+cpu): no index has it, so uv keeps the installed one.
     override.write_text(f"torch=={(torch or '').strip()}\n")
-    projects = [".[assets]"]
+    # The trie plugins: the core session's tests build them; every plugin depends on
+    # genlm-trie-numba. The distribution whose floors are checked comes last.
+    projects = [*(str(plugin_dir(t)) for t in TRIES), ".[assets]"]
     if LOWEST[dist] is not None:
         # a backend's tests run the byte-level LM on it (tests/*/test_exact_bytes.py)
         projects += [str(plugin_dir(BYTELM)), plugin_spec(dist, engine=LOWEST[dist])]
@@ -487,7 +507,7 @@ def lowest(session: nox.Session, dist: str) -> None:
         "--override", str(override), "--group", "test",
         *(arg for project in projects for arg in ("-e", project)), *references,
     )  # fmt: skip
-    declare_installed(session, "tiktoken")
+    declare_installed(session, "tiktoken", *TRIE_MODULES)
     if references:
         session.run("uv", "pip", "install", "--python", python, "--no-deps", *CLIENTS)
         declare_installed(session, *REFERENCE_MODULES)
@@ -496,8 +516,10 @@ def lowest(session: nox.Session, dist: str) -> None:
         declare_installed(session, "genlm_bytelm")
     session.run("pytest", f"tests/{dist}", *session.posargs)
     # The distribution's own floors: genlm-core's are judged by the core run (a plugin
-    # that needs more of a shared dependency declares it itself, as genlm-hf does).
-    session.run("python", "tests/release/floors.py", "--pinned", "torch", projects[-1])
+    # that needs more of a shared dependency declares it itself, as genlm-hf does), and
+    # so are the trie plugins' (numba's floor was the core's), whose tests are tests/core.
+    judged = projects if LOWEST[dist] is None else projects[-1:]
+    session.run("python", "tests/release/floors.py", "--pinned", "torch", *judged)
 
 
 @nox.session(default=False)

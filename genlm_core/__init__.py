@@ -37,13 +37,10 @@ __all__ = [
     "ModelClosedError",
     "NoBackendAvailableError",
     "OutputCache",
-    "ParallelTokenCharacterTrie",
     "PluginLoadError",
     "PrefixRequest",
     "Request",
     "Token",
-    "TokenByteTrie",
-    "TokenCharacterTrie",
     "UnknownBackendError",
     "UnknownLoraError",
     "UnsupportedTokenizerError",
@@ -84,7 +81,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from genlm_core.runtime import AutoBatcher
     from genlm_core.testing.mock import MockAsyncLM
     from genlm_core.tokenization import Token, decode_vocab
-    from genlm_core.trie import (
+
+    # AsyncTokenCharacterTrie is the core's. The fast tries (genlm-trie-numba) are
+    # importable by name but not in __all__, so `from genlm_core import *` works with
+    # the core alone (genlm_core.trie says what to install when they are missing).
+    from genlm_core.trie import (  # noqa: F401
         AsyncTokenCharacterTrie,
         ParallelTokenCharacterTrie,
         TokenByteTrie,

@@ -23,7 +23,8 @@ __all__ = ["main"]
 DESCRIPTION = """\
 genlm: backends, models and diagnostics for genlm-core.
 
-  genlm backends          which backends are installed, which can run here, and why
+  genlm backends          which backends and tries are installed, which can run here,
+                          and why; the official ones not installed, with their command
   genlm backends --options NAME
                           the options backend NAME's loader takes (llm_opts=...)
   genlm models            the embedded models (no model hub needed) and what is cached
@@ -35,7 +36,7 @@ genlm: backends, models and diagnostics for genlm-core.
 def _report() -> dict[str, Any]:
     from genlm_core.errors import GenlmError
     from genlm_core.loading import resolve_backend
-    from genlm_core.plugins import BackendRegistry, TrieRegistry, get_plugin_manager
+    from genlm_core.plugins import BackendRegistry, TrieRegistry, get_plugin_manager, official_tries
     from genlm_core.plugins.official import not_installed
 
     pm = get_plugin_manager()
@@ -62,6 +63,16 @@ def _report() -> dict[str, Any]:
             for m in not_installed({d["name"] for d in described}, pm)
         ],
         "tries": [{**r.describe(), "kind": r.spec.kind} for r in tries.all()],
+        "tries_not_installed": [
+            {
+                "distribution": m.trie.distribution,
+                "tries": list(m.trie.names),
+                "runs_on": m.trie.runs_on,
+                "state": m.state,
+                "detail": m.detail,
+            }
+            for m in official_tries.not_installed({r.name for r in tries.all()}, pm)
+        ],
         "conflicts": {
             name: [f"{r.plugin} ({r.distribution} {r.version})" for r in regs]
             for name, regs in conflicts.items()
@@ -78,8 +89,12 @@ def _versions() -> dict[str, str | None]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-    core = ("genlm-core", "torch", "transformers", "numpy", "numba", "pluggy")
-    for dist in (*core, *(lib for b in OFFICIAL_BACKENDS for lib in b.libraries)):
+    from genlm_core.plugins.official_tries import OFFICIAL_TRIES
+
+    core = ("genlm-core", "torch", "transformers", "numpy", "pluggy")
+    tries = (*(t.distribution for t in OFFICIAL_TRIES), "numba")
+    libraries = (lib for b in OFFICIAL_BACKENDS for lib in b.libraries)
+    for dist in (*core, *tries, *libraries):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -122,6 +137,12 @@ def _print_report(report: dict[str, Any]) -> None:
             note = f"  ({m['note']})" if m["note"] else ""
             print(f"  {'':<12} {m['detail']}{note}")
     _print_table("Tries", report["tries"])
+    if report["tries_not_installed"]:
+        print("Official trie plugins not installed or not loaded:")
+        for m in report["tries_not_installed"]:
+            names = ", ".join(m["tries"])
+            print(f"  {m['distribution']:<17} {m['state']:<14} {names}: {m['runs_on']}")
+            print(f"  {'':<17} {m['detail']}")
     for name, who in report["conflicts"].items():
         print(f"Conflict: {name!r} registered by {', '.join(who)} (unusable until one is removed)")
     for b in report["broken_plugins"]:

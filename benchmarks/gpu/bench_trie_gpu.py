@@ -206,7 +206,7 @@ def check_masses(ours, theirs, exact, inputs: dict) -> dict:
 
 
 def bench_vocab(name: str, words: list[bytes], args, clock: Clock, bw: dict | None) -> dict:
-    from genlm_core.trie.torch_trie import TorchTokenCharacterTrie
+    from genlm_trie_torch import TorchTokenCharacterTrie
 
     device = torch.device(args.device)
     decode = make_decode(words)
@@ -411,7 +411,7 @@ def main() -> None:
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "env": env, "vocabs": {}}
     print(f"torch-cuda trie vs genlm-backend ParallelTokenCharacterTrie on {device}: {env}")
     from genlm_core.tokenization import Token
-    from genlm_core.trie.torch_trie import TorchTokenCharacterTrie
+    from genlm_trie_torch import TorchTokenCharacterTrie
 
     start = time.perf_counter()
     TorchTokenCharacterTrie([Token(0, b"a"), Token(1, b"ab")], device=device)

@@ -75,6 +75,9 @@ def _table() -> tuple[OfficialBackend, ...]:
 
 
 OFFICIAL_BACKENDS = _table()
+#: The distribution of the numba tries, which every official plugin depends on (the
+#: official trie plugins: :mod:`genlm_core.plugins.official_tries`).
+TRIES_DISTRIBUTION = "genlm-trie-numba"
 _BY_NAME = {b.name: b for b in OFFICIAL_BACKENDS}
 
 
@@ -153,7 +156,9 @@ def engine_extra(name: str, host: Host | None = None) -> tuple[str | None, str]:
 def install_command(name: str, host: Host | None = None) -> str:
     """The exact ``pip install`` command for official backend ``name`` on ``host``.
 
-    From a source checkout the plugin is installed from its folder (editable).
+    From a source checkout the plugin is installed from its folder (editable), after
+    the numba tries' folder when those are not installed: every plugin depends on
+    them, and the index a checkout's pip asks does not have them.
 
     Raises:
         KeyError: ``name`` is not an official backend.
@@ -164,7 +169,11 @@ def install_command(name: str, host: Host | None = None) -> str:
     suffix = f"[{extra}]" if extra else ""
     plugins = _checkout_plugins()
     if plugins is not None and (plugins / backend.package / "pyproject.toml").is_file():
-        command = f"pip install -e {shlex.quote(f'{plugins / backend.package}{suffix}')}"
+        folders = [f"{plugins / backend.package}{suffix}"]
+        tries = plugins / TRIES_DISTRIBUTION.replace("-", "_")
+        if not _installed(TRIES_DISTRIBUTION) and (tries / "pyproject.toml").is_file():
+            folders.insert(0, str(tries))
+        command = "pip install " + " ".join(f"-e {shlex.quote(f)}" for f in folders)
     else:
         command = f"pip install {shlex.quote(f'{backend.distribution}{suffix}')}"
     after = found.after_extra(extra) if found is not None else ()

@@ -20,7 +20,7 @@ from genlm_core.errors import (
     DuplicateBackendError,
     UnknownBackendError,
 )
-from genlm_core.plugins import official
+from genlm_core.plugins import official, official_tries
 from genlm_core.plugins.manager import BrokenPlugin, GenlmPluginManager
 from genlm_core.plugins.specs import Availability, BackendSpec, TrieSpec
 
@@ -287,6 +287,16 @@ class TrieRegistry(_Registry[TrieSpec]):
     hook_name = "genlm_register_tries"
     spec_type = TrieSpec
 
+    def _install_hint(self, name: str) -> str:
+        missing = official_tries.explain(name.casefold(), self.plugin_manager)
+        if missing is not None:
+            return missing.sentence() + "."
+        return f"If {name!r} comes from a plugin, pip install that plugin's distribution."
+
+    def _known(self, unique: dict[str, Registered[TrieSpec]]) -> list[str]:
+        official = [n for t in official_tries.OFFICIAL_TRIES for n in t.names]
+        return [*unique, *(n for n in official if n not in unique)]
+
     def for_kind(self, kind: str) -> list[Registered[TrieSpec]]:
         """Registrations of one trie family (``"character"`` or ``"byte"``), best first."""
         return [r for r in self.all() if r.spec.kind == kind]
@@ -298,6 +308,8 @@ class TrieRegistry(_Registry[TrieSpec]):
         for reg in self.for_kind(kind):
             if reg.spec.auto and reg.availability().ok:
                 return reg
+        missing = official_tries.not_installed({r.name for r in self.all()}, self.plugin_manager)
+        hints = "".join(f"\n  {m.sentence()}" for m in missing)
         raise BackendUnavailableError(
-            f"no available {kind} trie implementation:\n{self.diagnosis()}"
+            f"no available {kind} trie implementation:\n{self.diagnosis()}{hints}"
         )

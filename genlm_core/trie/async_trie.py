@@ -15,7 +15,7 @@ import numpy as np
 
 from genlm_core.runtime import LoopBatchers, RequestFailure
 from genlm_core.trie.errors import InvalidWeightsError
-from genlm_core.trie.protocols import CharacterTrie
+from genlm_core.trie.protocols import CharacterTrie, TrieMode
 from genlm_core.trie.weights import as_batch
 
 __all__ = ["AsyncTokenByteTrie", "AsyncTokenCharacterTrie"]
@@ -34,7 +34,8 @@ class AsyncTokenCharacterTrie:
 
     Args:
         trie: Any :class:`~genlm_core.trie.protocols.CharacterTrie` (e.g. a
-            :class:`~genlm_core.trie.TokenCharacterTrie`).
+            :class:`~genlm_core.trie.ReferenceTokenCharacterTrie`,
+            or genlm-trie-numba's ``TokenCharacterTrie``).
         max_batch_size: Most distributions computed in one batch call.
         max_wait: Seconds the first request of a batch may wait for company; by
             default a batch is dispatched once every runnable caller has queued.
@@ -67,8 +68,9 @@ class AsyncTokenCharacterTrie:
         Args:
             vocab: The vocabulary (``lm.byte_vocab``).
             backend: A registered trie name of this class's kind (``genlm backends``
-                lists them; character tries: ``numba``, ``reference``, ``torch-cuda``,
-                and genlm-backend's ``sequential`` and ``parallel``; byte tries:
+                lists them; character tries: the core's ``reference``, genlm-trie-numba's
+                ``numba`` and genlm-backend's ``sequential`` and ``parallel``,
+                genlm-trie-torch's ``torch-cuda``; byte tries: genlm-trie-numba's
                 ``numba-byte``), or None for the best available one.
             **kwargs: Passed to the trie's constructor (e.g. ``device=``, or
                 ``eos_byte_strings=`` for a byte trie).
@@ -156,15 +158,13 @@ class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
     """genlm-bytes' ``AsyncTokenByteTrie``: batches requests per (operation, mode).
 
     Arguments as :class:`AsyncTokenCharacterTrie`'s; ``trie`` is a
-    :class:`~genlm_core.trie.byte_trie.TokenByteTrie`.
+    byte trie (genlm-trie-numba's ``TokenByteTrie``).
     """
 
     _trie_kind = "byte"
 
     async def weight_sum(self, ws: Any, mode: Any = None) -> Any:  # type: ignore[override]
         """Queue a ``weight_sum`` in ``mode`` (default ``TrieMode.WITHOUT_EOS``)."""
-        from genlm_core.trie.byte_trie import TrieMode
-
         return await self._submit(("sum", mode or TrieMode.WITHOUT_EOS), ws)
 
     async def weight_max(self, ws: Any) -> Any:
@@ -179,8 +179,6 @@ class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
         (``-inf`` where the mass is 0), its own: float64 logs keep the float32 sums'
         precision (a float32 log near ``e**-40`` would be off by up to 4e-6).
         """
-        from genlm_core.trie.byte_trie import TrieMode
-
         return await self._submit(("logsum", mode or TrieMode.WITHOUT_EOS), logps)
 
     def _compute(self, op: Hashable, batch: list[Any]) -> Any:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from genlm_core.trie._build import TrieArrays
+from genlm_core.trie.arrays import TrieArrays
 from genlm_core.trie.errors import InvalidVocabularyError
 from genlm_core.trie.views import ChildrenView, PrefixView
 from genlm_core.trie.vocab import OTHER, PLAIN_BYTES, TOKEN, EncodedVocab, encode_vocab, word_key
@@ -22,7 +22,7 @@ __all__ = ["CharacterTrieBase", "FlatTrie"]
 
 
 class FlatTrie:
-    """What every trie on :class:`TrieArrays` shares, :class:`TokenByteTrie` included."""
+    """What every trie on :class:`TrieArrays` shares (genlm-trie-numba's byte trie too)."""
 
     decode: Sequence[Any]
     word2leaf: dict[Hashable, int]

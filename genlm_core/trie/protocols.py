@@ -1,18 +1,28 @@
 """What code using a token trie may rely on: typing Protocols, no implementation.
 
 Nodes are integers; node-indexed results are NumPy arrays of length
-``len(trie.children)``.
+``len(trie.children)``. :class:`TrieMode` is here too: byte tries (genlm-bytes'
+``TokenByteTrie`` family) take it, and ``AsyncTokenByteTrie`` batches by it, whichever
+plugin implements the trie.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["AsyncCharacterTrie", "CharacterTrie"]
+__all__ = ["AsyncCharacterTrie", "CharacterTrie", "TrieMode"]
+
+
+class TrieMode(Enum):
+    """How tokens spelling an EOS byte string count (genlm-bytes' ``TokenByteTrie``)."""
+
+    WITHOUT_EOS = "without_eos"  # EOS tokens are ordinary tokens
+    WITH_EOS = "with_eos"  # EOS tokens count only at eos_node (and the root)
 
 
 @runtime_checkable

@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-from genlm_core.trie._build import TrieArrays
+from genlm_core.trie.arrays import TrieArrays
 from genlm_core.trie.base import CharacterTrieBase
 from genlm_core.trie.vocab import EncodedVocab
 

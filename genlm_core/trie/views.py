@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 if TYPE_CHECKING:
-    from genlm_core.trie._build import TrieArrays
+    from genlm_core.trie.arrays import TrieArrays
 
 __all__ = ["ChildrenView", "PrefixView"]
 

@@ -2,17 +2,37 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from genlm_core.trie.base import FlatTrie
-
-__all__ = ["visualize"]
+__all__ = ["Drawable", "visualize"]
 
 
-def visualize(trie: FlatTrie, ws: Any = None) -> Any:
+class Drawable(Protocol):
+    """What :func:`visualize` reads of a trie (any ``FlatTrie`` has it).
+
+    A Protocol, so this module imports no trie class (``base`` imports it lazily).
+    """
+
+    @property
+    def children(self) -> Sequence[Mapping[Hashable, int]]:
+        """``children[node]``: edge -> child."""
+        ...
+
+    @property
+    def node2prefix(self) -> Sequence[Any]:
+        """``node2prefix[node]``: the letters from the root."""
+        ...
+
+    @property
+    def leaf2word(self) -> Mapping[int, Hashable]:
+        """Leaf node -> word key."""
+        ...
+
+
+def visualize(trie: Drawable, ws: Any = None) -> Any:
     """A ``graphviz.Digraph`` of ``trie`` (render it, or display it in a notebook).
 
     ``ws``: optional node-indexed values (e.g. from ``weight_sum``), shown in each

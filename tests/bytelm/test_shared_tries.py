@@ -19,7 +19,7 @@ import pytest
 from genlm_bytelm import BeamParams, ByteBeamState, ExactByteState, shared_tries
 from genlm_bytelm.exact import trie_state
 from genlm_core.tokenization import Token
-from genlm_core.trie import byte_trie
+from genlm_trie_numba import byte_trie
 
 VOCAB = [Token(i, bs) for i, bs in enumerate([b"a", b"b", b"ab", b"ba", b"<eos>", b"abc", b"c"])]
 beam_trie = shared_tries.shared_trie_async

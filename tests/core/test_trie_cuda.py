@@ -175,7 +175,7 @@ def test_every_chunk_size_gives_the_same_masses(op):
 
 
 def test_default_chunks_hold_about_chunk_bytes_of_masses(monkeypatch):
-    from genlm_core.trie import torch_trie
+    from genlm_trie_torch import torch_trie
 
     trie = make()
     assert trie._chunk_rows() == torch_trie.CHUNK_BYTES // (trie.num_nodes * 4)
@@ -185,7 +185,7 @@ def test_default_chunks_hold_about_chunk_bytes_of_masses(monkeypatch):
 
 
 def test_long_rows_are_cut_into_pieces(monkeypatch):
-    from genlm_core.trie import torch_trie
+    from genlm_trie_torch import torch_trie
 
     monkeypatch.setattr(torch_trie, "ROW_LIMIT", 3)  # the root has 3259 entries below
     vocab = synthetic_vocab()

@@ -9,7 +9,7 @@ import pytest
 
 from genlm_core.tokenization import Token
 from genlm_core.trie import ParallelTokenCharacterTrie, TokenByteTrie, TokenCharacterTrie
-from genlm_core.trie._outputs import KEPT_SIZES, BatchOutputs
+from genlm_trie_numba._outputs import KEPT_SIZES, BatchOutputs
 
 # gc.collect() here needs to see only what each test made (see conftest.young_gc).
 pytestmark = pytest.mark.usefixtures("young_gc")

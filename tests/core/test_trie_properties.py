@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from genlm_core.plugins import TrieRegistry, make_plugin_manager
 from genlm_core.tokenization import Token
 from genlm_core.trie import TokenCharacterTrie, TorchTokenCharacterTrie
+from genlm_trie_numba import _plugin as numba_plugin
 
 SETTINGS = settings(  # examples per test: the conftest's profile (more with --slow)
     derandomize=True,
@@ -29,7 +30,9 @@ SETTINGS = settings(  # examples per test: the conftest's profile (more with --s
 
 
 def _implementations() -> dict[str, object]:
-    registry = TrieRegistry(make_plugin_manager(load_entrypoints=False))
+    plugin_manager = make_plugin_manager(load_entrypoints=False)
+    plugin_manager.register(numba_plugin, name="numba")  # the trie plugin's entry point
+    registry = TrieRegistry(plugin_manager)
     impls = {r.name: r.spec.load() for r in registry.for_kind("character") if r.availability().ok}
     impls["torch-cpu-float64"] = lambda v: TorchTokenCharacterTrie(
         v, device="cpu", dtype=torch.float64

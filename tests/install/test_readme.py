@@ -25,12 +25,12 @@ def venv(tmp_path_factory) -> Path:
     return path
 
 
-def test_install_section_installs_the_core_and_hf(venv):
+def test_install_section_installs_the_core_its_tries_and_hf(venv):
     done = subprocess.run(
         [
             str(venv / "bin" / "python"),
             "-c",
-            "import genlm_core, genlm_hf, torch; print(torch.__version__)",
+            "import genlm_core, genlm_hf, genlm_trie_numba, torch; print(torch.__version__)",
         ],
         capture_output=True,
         text=True,

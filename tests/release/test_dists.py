@@ -11,7 +11,7 @@ import tarfile
 import zipfile
 
 import pytest
-from built_dists import PROJECTS, Project, by_name
+from built_dists import BACKENDS, PROJECTS, Project, by_name
 from fresh_venv import ROOT
 from packaging.requirements import Requirement
 
@@ -30,6 +30,9 @@ ENTRY_POINTS = {
     "genlm-mlx": "[genlm.backends]\nmlx = genlm_mlx._plugin\n",
     "genlm-sgl": "[genlm.backends]\nsgl = genlm_sgl._plugin\n",
     "genlm-bytelm": None,  # a library on the core, found by import: no entry point
+    # The trie plugins: their ``genlm.tries`` entry points register the tries.
+    "genlm-trie-numba": "[genlm.tries]\nnumba = genlm_trie_numba._plugin\n",
+    "genlm-trie-torch": "[genlm.tries]\ntorch-cuda = genlm_trie_torch._plugin\n",
 }
 
 each = pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
@@ -64,7 +67,7 @@ def test_the_package_is_typed_and_has_no_tests_or_stray_files(project):
     # core's table of the official backends.
     if project.folder == ROOT:
         data = {"genlm_core/plugins/official.toml"}
-    elif ENTRY_POINTS[project.name]:  # a backend
+    elif project.name.removeprefix("genlm-") in BACKENDS:
         data = {f"{project.package}/install.toml"}
     else:
         data = set()

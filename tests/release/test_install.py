@@ -117,6 +117,9 @@ def test_genlm_backends_lists_the_backend_as_the_automatic_choice(stack):
         [backend, "available"]
     ]
     assert f"Automatic choice here: {backend} (" in done.stdout
+    # The backend brings genlm-trie-numba (its dependency): the fast trie, no further step.
+    tries = [line.split()[:2] for line in lines if line.startswith(("  numba ", "  numba-byte "))]
+    assert tries == [["numba", "available"], ["numba-byte", "available"]], done.stdout
 
 
 #: A line of vLLM's own log, which its logging handler writes to standard output:

@@ -1,4 +1,4 @@
-"""The five distributions of this repository and what ``nox -s build`` made of them (tests/release).
+"""The eight distributions here and what ``nox -s build`` made of them (tests/release).
 
 ``nox -s build`` builds each project with ``python -m build`` into ``dist/`` (or the
 folder in ``GENLM_DIST``): an sdist, then a wheel built from that sdist.
@@ -18,7 +18,7 @@ from types import ModuleType
 
 from fresh_venv import ROOT
 
-__all__ = ["BACKENDS", "DIST", "PROJECTS", "Project", "by_name", "host", "recipe"]
+__all__ = ["BACKENDS", "DIST", "OTHER_PLUGINS", "PROJECTS", "Project", "by_name", "host", "recipe"]
 
 DIST = Path(os.environ.get("GENLM_DIST", ROOT / "dist"))
 BACKENDS = ("hf", "vllm", "mlx", "sgl")
@@ -95,8 +95,8 @@ def one(paths) -> Path:
     return found[0]
 
 
-#: The plugin distributions that are no backend: the byte-level LM.
-OTHER_PLUGINS = ("bytelm",)
+#: The plugin distributions that are no backend: the byte-level LM and the trie plugins.
+OTHER_PLUGINS = ("bytelm", "trie_numba", "trie_torch")
 PROJECTS = (
     Project(ROOT),
     *(Project(ROOT / "plugins" / f"genlm_{b}") for b in (*BACKENDS, *OTHER_PLUGINS)),

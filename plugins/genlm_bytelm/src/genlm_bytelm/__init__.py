@@ -44,7 +44,8 @@ from genlm_bytelm.exact.state import ExactByteState
 from genlm_bytelm.likelihood import TextLikelihood, log_likelihood
 from genlm_bytelm.probs import EOS, EOT, LazyByteProbs
 from genlm_core.trie.async_trie import AsyncTokenByteTrie
-from genlm_core.trie.byte_trie import TokenByteTrie, TrieMode
+from genlm_core.trie.protocols import TrieMode
+from genlm_trie_numba.byte_trie import TokenByteTrie
 
 __all__ = [
     "__version__",

@@ -19,7 +19,8 @@ import numpy as np
 
 from genlm_core.runtime._heap import freeze_heap, thaw_heap
 from genlm_core.tokenization.token import gc_paused
-from genlm_core.trie import AsyncTokenByteTrie, TokenByteTrie
+from genlm_core.trie import AsyncTokenByteTrie
+from genlm_trie_numba.byte_trie import TokenByteTrie
 
 __all__ = [
     "is_shared",

@@ -1,6 +1,6 @@
-"""genlm-bytes' ``genlm.bytes.trie`` (import path kept): its names, from the core."""
+"""genlm-bytes' ``genlm.bytes.trie`` (import path kept): from the core and genlm-trie-numba."""
 
 from genlm_core.trie.async_trie import AsyncTokenByteTrie
-from genlm_core.trie.byte_trie import EOS, TokenByteTrie, TrieMode
+from genlm_trie_numba.byte_trie import EOS, TokenByteTrie, TrieMode
 
 __all__ = ["EOS", "AsyncTokenByteTrie", "TokenByteTrie", "TrieMode"]

@@ -17,7 +17,7 @@ from genlm_bytelm.byte_lm.lm_state import StatefulTokenizedLM
 from genlm_bytelm.display import escape
 from genlm_bytelm.errors import NotMaterializedError
 from genlm_bytelm.probs import EOS, EOT, LazyByteProbs
-from genlm_core.trie.byte_trie import TrieMode
+from genlm_core.trie.protocols import TrieMode
 
 __all__ = ["EOS", "LazyTrieState", "StatefulTokenizedLM", "TrieMode"]
 

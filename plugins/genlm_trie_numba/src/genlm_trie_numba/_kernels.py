@@ -1,6 +1,6 @@
 """numba kernels: token weights -> the mass of every trie node.
 
-A row is filled over a :class:`~genlm_core.trie._build.MassPlan` in three passes
+A row is filled over a :class:`~genlm_trie_numba._build.MassPlan` in three passes
 (leaves, branch nodes children first, then every node from its source), in float64,
 never subtracting; see docs/tries.md for why and for the measurements. Each kernel
 returns the first vocabulary position whose weight is NaN (per row), or -1.
@@ -17,7 +17,7 @@ import numba
 import numpy as np
 
 if TYPE_CHECKING:
-    from genlm_core.trie._build import MassPlan
+    from genlm_trie_numba._build import MassPlan
 
 
 @numba.njit(cache=True, nogil=True)

@@ -1,7 +1,8 @@
 """``TokenByteTrie``: genlm-bytes 0.2.0's trie, on the flat arrays and numba kernels.
 
 Weights by token id, atomic byte strings, an ``eos_node`` and ``TrieMode``, as
-genlm-bytes (differences: docs/tries.md).
+genlm-bytes (differences: docs/tries.md). ``TrieMode`` is the core's
+(:mod:`genlm_core.trie.protocols`), re-exported here as genlm-bytes had it.
 """
 
 from __future__ import annotations
@@ -10,32 +11,25 @@ import copy
 import dataclasses
 import functools
 from collections.abc import Hashable, Iterable, Sequence
-from enum import Enum
 from typing import Any
 
 import numpy as np
 import torch
 
-from genlm_core.trie import _kernels
-from genlm_core.trie._build import build_trie_arrays, plan_masses
-from genlm_core.trie._outputs import BatchOutputs
 from genlm_core.trie.base import FlatTrie
-from genlm_core.trie.cpu import resolve_device
 from genlm_core.trie.errors import InvalidVocabularyError, VocabularyTypeError
+from genlm_core.trie.protocols import TrieMode
 from genlm_core.trie.views import ChildrenView, PrefixView
 from genlm_core.trie.vocab import is_token_type, warn_plain_bytes
 from genlm_core.trie.weights import as_batch, as_vector, nan_error
+from genlm_trie_numba import _kernels
+from genlm_trie_numba._build import build_trie_arrays, plan_masses
+from genlm_trie_numba._outputs import BatchOutputs
+from genlm_trie_numba.cpu import resolve_device
 
 __all__ = ["EOS", "TokenByteTrie", "TrieMode"]
 
 EOS = 257  # the edge from the root to eos_node, as in genlm-bytes
-
-
-class TrieMode(Enum):
-    """How tokens spelling an EOS byte string count (see :class:`TokenByteTrie`)."""
-
-    WITHOUT_EOS = "without_eos"  # EOS tokens are ordinary tokens
-    WITH_EOS = "with_eos"  # EOS tokens count only at eos_node (and the root)
 
 
 class TokenByteTrie(FlatTrie):

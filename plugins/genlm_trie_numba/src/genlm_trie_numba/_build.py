@@ -1,4 +1,8 @@
-"""Build a token trie as flat arrays, in genlm-backend's node numbering (docs/tries.md)."""
+"""Build a token trie as flat arrays, in genlm-backend's node numbering (docs/tries.md).
+
+The compiled builder of :class:`~genlm_core.trie.arrays.TrieArrays` (the layout is the
+core's) and the schedule of the mass kernels, :class:`MassPlan`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+
+from genlm_core.trie.arrays import TrieArrays
 
 
 @dataclass(frozen=True)
@@ -30,39 +36,6 @@ class MassPlan:
     branch_src: np.ndarray
     node_src: np.ndarray
     num_sources: int
-
-
-@dataclass(frozen=True)
-class TrieArrays:
-    """The trie, node-indexed in genlm-backend's post-order numbering.
-
-    Attributes:
-        parent: ``parent[v]`` (int32), ``-1`` for the root; always ``parent[v] > v``.
-        label: Edge code into ``v`` (int32): a byte or letter code, ``-1`` for a leaf edge.
-        leaf_token: Vocabulary position of leaf ``v`` (int32), ``-1`` for inner nodes.
-        child_ptr: CSR row pointers (int64, ``N + 1``) into ``child_idx``.
-        child_idx: Children of each node, ascending (int32).
-        token_leaf: Leaf node of each vocabulary position (int32).
-        duplicates: ``(i, j)`` pairs (int64) of vocabulary positions with equal words.
-    """
-
-    parent: np.ndarray
-    label: np.ndarray
-    leaf_token: np.ndarray
-    child_ptr: np.ndarray
-    child_idx: np.ndarray
-    token_leaf: np.ndarray
-    duplicates: np.ndarray
-
-    @property
-    def num_nodes(self) -> int:
-        """Number of nodes, leaves included."""
-        return int(self.parent.shape[0])
-
-    @property
-    def root(self) -> int:
-        """The root is numbered last, as in genlm-backend."""
-        return self.num_nodes - 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from genlm_core.trie import _kernels
-from genlm_core.trie._build import TrieArrays, build_trie_arrays, plan_masses
-from genlm_core.trie._outputs import BatchOutputs
+from genlm_core.trie.arrays import TrieArrays
 from genlm_core.trie.base import CharacterTrieBase
 from genlm_core.trie.vocab import EncodedVocab
+from genlm_trie_numba import _kernels
+from genlm_trie_numba._build import build_trie_arrays, plan_masses
+from genlm_trie_numba._outputs import BatchOutputs
 
 __all__ = ["ParallelTokenCharacterTrie", "TokenCharacterTrie"]
 
@@ -53,7 +54,8 @@ class ParallelTokenCharacterTrie(TokenCharacterTrie):
 
     On the CPU (``device`` None or ``"cpu"`` when no GPU is usable) this is the
     numba implementation, computing in float64 and rounding once; with
-    ``device="cuda"`` it returns a :class:`~genlm_core.trie.torch_trie.TorchTokenCharacterTrie`.
+    ``device="cuda"`` it returns the ``torch-cuda`` trie, genlm-trie-torch's
+    ``TorchTokenCharacterTrie``.
 
     Args:
         device: ``None`` (a CUDA GPU if torch sees one, else the CPU), ``"cpu"`` or
@@ -62,6 +64,7 @@ class ParallelTokenCharacterTrie(TokenCharacterTrie):
     Raises:
         ValueError: ``device`` is not None, ``"cpu"`` or ``"cuda"``.
         BackendUnavailableError: ``device="cuda"`` but torch sees no CUDA GPU.
+        UnknownBackendError: ``device="cuda"`` without genlm-trie-torch installed.
     """
 
     out_dtype = np.float32
@@ -69,14 +72,24 @@ class ParallelTokenCharacterTrie(TokenCharacterTrie):
     def __new__(cls, decode: Sequence[Any], device: str | None = None, **kwargs: Any) -> Any:
         """Hand CUDA devices to the torch implementation, as genlm-backend ran on the GPU."""
         if resolve_device(device) == "cuda" and cls is ParallelTokenCharacterTrie:
-            from genlm_core.trie.torch_trie import TorchTokenCharacterTrie
-
-            return TorchTokenCharacterTrie(decode, device="cuda", **kwargs)
+            return _cuda_trie(decode, **kwargs)
         return super().__new__(cls)
 
     def __init__(self, decode: Sequence[Any], device: str | None = None) -> None:
         self.device = resolve_device(device)
         super().__init__(decode)
+
+
+def _cuda_trie(decode: Sequence[Any], **kwargs: Any) -> Any:
+    """The ``torch-cuda`` trie of genlm-trie-torch, through the registry (no import of it).
+
+    Raises:
+        UnknownBackendError: genlm-trie-torch is not installed; says what to install.
+    """
+    from genlm_core.plugins import TrieRegistry, get_plugin_manager
+
+    registration = TrieRegistry(get_plugin_manager()).get("torch-cuda")
+    return registration.spec.load()(decode, device="cuda", **kwargs)
 
 
 def resolve_device(device: str | None, auto: bool = True) -> str:

@@ -2,7 +2,8 @@
 
 Sums are sparse products, maxima ``scatter_reduce``; on CUDA a batch is computed in
 chunks whose copies to page-locked host memory overlap the next chunk's compute
-(docs/tries.md). Registered as ``torch-cuda``; also runs on ``device="cpu"``.
+(docs/tries.md). Registered as ``torch-cuda``; also runs on ``device="cpu"``. The
+trie is built, and its host outputs recycled, by genlm-trie-numba's builder.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from genlm_core._validation import is_int_at_least
-from genlm_core.trie._build import TrieArrays, build_trie_arrays
-from genlm_core.trie._outputs import BatchOutputs
+from genlm_core.backend_kit import is_int_at_least
+from genlm_core.trie.arrays import TrieArrays
 from genlm_core.trie.base import CharacterTrieBase
 from genlm_core.trie.errors import InvalidWeightsError
 from genlm_core.trie.vocab import EncodedVocab
 from genlm_core.trie.weights import check_batch, check_vector, real_tensor
+from genlm_trie_numba import BatchOutputs, build_trie_arrays
 
 __all__ = ["CHUNK_BYTES", "TorchTokenCharacterTrie", "cuda_trie"]
 
