@@ -145,28 +145,24 @@ class PrefixCachedLM(BatchedAsyncLM):
         :attr:`max_batch_kv_bytes`.
         """
         done: dict[tuple[int, ...], torch.Tensor] = {}
-        rows = [self._forward_input(adapter, ids) for ids in prompts]
-        if self.kv_reuse and len(rows) > 1:
-            shared = shared_prefixes(rows, MIN_SHARED)
+        inputs = [self._forward_input(adapter, ids) for ids in prompts]
+        if self.kv_reuse and len(inputs) > 1:
+            shared = shared_prefixes(inputs, MIN_SHARED)
             if shared:
                 done.update(self._compute(adapter, shared))
-                rows = [
-                    self._forward_input(adapter, r.token_ids)
-                    for r in rows
-                    if r.token_ids not in done
-                ]
-        groups = plan_groups(rows, self.bytes_per_token, self.max_batch_kv_bytes)
+                left = [x.token_ids for x in inputs if x.token_ids not in done]
+                inputs = [self._forward_input(adapter, ids) for ids in left]
+        groups = plan_groups(inputs, self.bytes_per_token, self.max_batch_kv_bytes)
         for index, planned in enumerate(groups):
             # After the first forward, look up again: inserts may have evicted what was
             # found before, or added longer prefixes.
-            group = (
-                [self._forward_input(adapter, r.token_ids) for r in planned] if index else planned
-            )
+            ids = [x.token_ids for x in planned]
+            group = [self._forward_input(adapter, i) for i in ids] if index else planned
             if self.kv_reuse:
-                for row in group:
-                    self.kv_cache.count(row.past_len)
-            for row, out in zip(group, self._forward_rows(adapter, group), strict=True):
-                done[row.token_ids] = out
+                for x in group:
+                    self.kv_cache.count(x.past_len)
+            for x, out in zip(group, self._forward_rows(adapter, group), strict=True):
+                done[x.token_ids] = out
         return done
 
     def next_token_logprobs_uncached(

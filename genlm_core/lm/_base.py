@@ -367,9 +367,8 @@ class AsyncLMBase(ABC):
     def close(self) -> None:
         """Release the model's resources. Idempotent; later calls raise ModelClosedError.
 
-        Queued calls fail with :class:`ModelClosedError`; a computation running finishes
-        first (this waits for it), and none starts once this returns. From a coroutine,
-        ``await`` :meth:`aclose` instead (it also lets the calls already made finish).
+        Queued calls fail; a computation running finishes first (this waits for it), and
+        none starts once this returns. From a coroutine, ``await`` :meth:`aclose`.
         """
         self.cleanup()
 
