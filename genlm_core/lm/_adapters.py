@@ -13,14 +13,11 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from genlm_core.errors import InvalidArgumentError, LoraNotSupportedError, UnknownLoraError
 from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.runtime import ComputeGate, RequestFailure
-
-if TYPE_CHECKING:
-    from genlm_core.lm._base import AsyncLMBase
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +46,13 @@ class LoraAdapter:
         return f"{self.name}@{self.generation}"
 
 
+class AdapterHooks(Protocol):
+    """The backend's side of adapters (a model's ``load_adapter`` and ``unload_adapter``)."""
+
+    def load_adapter(self, adapter: LoraAdapter) -> Any: ...
+    def unload_adapter(self, adapter: LoraAdapter, handle: Any) -> None: ...
+
+
 class LoraAdapters:
     """A model's adapters: name -> (current version, the backend's handle).
 
@@ -59,7 +63,7 @@ class LoraAdapters:
 
     def __init__(
         self,
-        hooks: AsyncLMBase,
+        hooks: AdapterHooks,
         gate: ComputeGate,
         *,
         supported: bool,
