@@ -156,8 +156,9 @@ class PrefixCachedLM(BatchedAsyncLM):
         for index, planned in enumerate(groups):
             # After the first forward, look up again: inserts may have evicted what was
             # found before, or added longer prefixes.
-            ids = [x.token_ids for x in planned]
-            group = [self._forward_input(adapter, i) for i in ids] if index else planned
+            group = planned
+            if index:
+                group = [self._forward_input(adapter, x.token_ids) for x in planned]
             if self.kv_reuse:
                 for x in group:
                     self.kv_cache.count(x.past_len)

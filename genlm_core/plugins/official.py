@@ -169,17 +169,52 @@ def install_command(name: str, host: Host | None = None) -> str:
     suffix = f"[{extra}]" if extra else ""
     plugins = _checkout_plugins()
     if plugins is not None and (plugins / backend.package / "pyproject.toml").is_file():
-        folders = [f"{plugins / backend.package}{suffix}"]
-        tries = plugins / TRIES_DISTRIBUTION.replace("-", "_")
-        if not _installed(TRIES_DISTRIBUTION) and (tries / "pyproject.toml").is_file():
-            folders.insert(0, str(tries))
-        command = "pip install " + " ".join(f"-e {shlex.quote(f)}" for f in folders)
+        command = checkout_install(plugins, backend.package, suffix)
     else:
         command = f"pip install {shlex.quote(f'{backend.distribution}{suffix}')}"
     after = found.after_extra(extra) if found is not None else ()
     if after:
         command += " && pip install " + shlex.join(after)
     return command
+
+
+def checkout_install(plugins: Path, package: str, suffix: str = "") -> str:
+    """``pip install -e`` of ``plugins/package`` (with extras ``suffix``), from a checkout.
+
+    The numba tries' folder goes first when they are not installed: every official
+    plugin depends on them, and the index a checkout's pip asks does not have them.
+    """
+    folders = [f"{plugins / package}{suffix}"]
+    tries = TRIES_DISTRIBUTION.replace("-", "_")
+    if package != tries and not _installed(TRIES_DISTRIBUTION):
+        if (plugins / tries / "pyproject.toml").is_file():
+            folders.insert(0, str(plugins / tries))
+    return "pip install " + " ".join(f"-e {shlex.quote(f)}" for f in folders)
+
+
+def missing_sentence(distribution: str, state: str, detail: str, note: str = "") -> str:
+    """One line for messages about a missing official plugin: what is wrong and the fix."""
+    if state == "broken":
+        return (
+            f"{distribution} is installed but its plugin failed to load ({detail}); "
+            f"reinstall it or fix the error"
+        )
+    if state == "disabled":
+        return f"{distribution} is installed but disabled ({detail})"
+    return f"{distribution} is not installed: {detail}" + (f" ({note})" if note else "")
+
+
+def diagnose(dist: str, plugin: str, what: str, pm: GenlmPluginManager) -> tuple[str, str] | None:
+    """``(state, detail)`` of installed ``dist`` with no ``what`` registered; else None."""
+    if not _installed(dist):
+        return None
+    for b in pm.broken:
+        if b.distribution == dist:
+            return "broken", b.error
+    selected, why = settings.plugin_selected(plugin, dist)
+    if not selected:
+        return "disabled", why
+    return "broken", f"it registered no {what}"
 
 
 def install_note(name: str, host: Host | None = None) -> str:
@@ -216,16 +251,7 @@ class Missing:
 
     def sentence(self) -> str:
         """One line for messages: what is wrong and the fix."""
-        dist = self.backend.distribution
-        if self.state == "broken":
-            return (
-                f"{dist} is installed but its plugin failed to load ({self.detail}); "
-                f"reinstall it or fix the error"
-            )
-        if self.state == "disabled":
-            return f"{dist} is installed but disabled ({self.detail})"
-        note = f" ({self.note})" if self.note else ""
-        return f"{dist} is not installed: {self.detail}{note}"
+        return missing_sentence(self.backend.distribution, self.state, self.detail, self.note)
 
 
 def explain(name: str, plugin_manager: GenlmPluginManager) -> Missing | None:
@@ -233,14 +259,9 @@ def explain(name: str, plugin_manager: GenlmPluginManager) -> Missing | None:
     backend = _BY_NAME.get(name)
     if backend is None:
         return None
-    if _installed(backend.distribution):
-        for b in plugin_manager.broken:
-            if b.distribution == backend.distribution:
-                return Missing(backend, "broken", b.error)
-        selected, why = settings.plugin_selected(backend.name, backend.distribution)
-        if not selected:
-            return Missing(backend, "disabled", why)
-        return Missing(backend, "broken", f"it registered no backend named {name!r}")
+    found = diagnose(backend.distribution, backend.name, f"backend named {name!r}", plugin_manager)
+    if found is not None:
+        return Missing(backend, *found)
     return Missing(backend, "not installed", install_command(name), install_note(name))
 
 

@@ -8,12 +8,10 @@ install command, as :mod:`genlm_core.plugins.official` does for backends.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from genlm_core import settings
-from genlm_core.plugins.official import _checkout_plugins, _installed
+from genlm_core.plugins import official
 
 if TYPE_CHECKING:
     from genlm_core.plugins.manager import GenlmPluginManager
@@ -74,13 +72,10 @@ def install_command(distribution: str) -> str:
         KeyError: ``distribution`` is not an official trie plugin.
     """
     trie = {t.distribution: t for t in OFFICIAL_TRIES}[distribution]
-    plugins = _checkout_plugins()
+    plugins = official._checkout_plugins()
     if plugins is None or not (plugins / trie.package / "pyproject.toml").is_file():
         return f"pip install {trie.distribution}"
-    first = OFFICIAL_TRIES[0]
-    wanted = [first] if trie is not first and not _installed(first.distribution) else []
-    folders = [str(plugins / t.package) for t in (*wanted, trie)]
-    return "pip install " + " ".join(f"-e {shlex.quote(f)}" for f in folders)
+    return official.checkout_install(plugins, trie.package)
 
 
 @dataclass(frozen=True)
@@ -99,15 +94,7 @@ class MissingTrie:
 
     def sentence(self) -> str:
         """One line for messages: what is wrong and the fix."""
-        dist = self.trie.distribution
-        if self.state == "broken":
-            return (
-                f"{dist} is installed but its plugin failed to load ({self.detail}); "
-                f"reinstall it or fix the error"
-            )
-        if self.state == "disabled":
-            return f"{dist} is installed but disabled ({self.detail})"
-        return f"{dist} is not installed: {self.detail}"
+        return official.missing_sentence(self.trie.distribution, self.state, self.detail)
 
 
 def explain(name: str, plugin_manager: GenlmPluginManager) -> MissingTrie | None:
@@ -115,15 +102,11 @@ def explain(name: str, plugin_manager: GenlmPluginManager) -> MissingTrie | None
     trie = _BY_NAME.get(name)
     if trie is None:
         return None
-    if not _installed(trie.distribution):
-        return MissingTrie(trie, "not installed", install_command(trie.distribution))
-    for b in plugin_manager.broken:
-        if b.distribution == trie.distribution:
-            return MissingTrie(trie, "broken", b.error)
-    selected, why = settings.plugin_selected(trie.plugin, trie.distribution)
-    if not selected:
-        return MissingTrie(trie, "disabled", why)
-    return MissingTrie(trie, "broken", f"it registered no trie named {name!r}")
+    what = f"trie named {name!r}"
+    found = official.diagnose(trie.distribution, trie.plugin, what, plugin_manager)
+    if found is not None:
+        return MissingTrie(trie, *found)
+    return MissingTrie(trie, "not installed", install_command(trie.distribution))
 
 
 def not_installed(registered: set[str], plugin_manager: GenlmPluginManager) -> list[MissingTrie]:
