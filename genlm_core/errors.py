@@ -68,7 +68,25 @@ class BatcherClosedError(GenlmError, RuntimeError):
 
 
 class BatcherLoopError(GenlmError, RuntimeError):
-    """An AutoBatcher was used from an event loop other than the one it is bound to."""
+    """An AutoBatcher was made outside an event loop, or used from another than its own."""
+
+    @classmethod
+    def no_loop(cls, name: str) -> BatcherLoopError:
+        """The error for an AutoBatcher made outside a running event loop."""
+        return cls(
+            f"AutoBatcher {name!r} must be made inside the running event loop it will serve "
+            f"(in an async function); for a function used from several loops, LoopBatchers "
+            f"makes one batcher per loop"
+        )
+
+    @classmethod
+    def other_loop(cls, name: str, bound: object, used: object) -> BatcherLoopError:
+        """The error for an AutoBatcher used from another loop than its own."""
+        return cls(
+            f"{name} is bound to event loop {bound!r}, the one it was made in, but was used "
+            f"from event loop {used!r}. An AutoBatcher serves one event loop: make one per "
+            f"loop (LoopBatchers does)."
+        )
 
 
 class BatchSizeMismatchError(GenlmError, RuntimeError):

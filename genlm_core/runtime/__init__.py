@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from genlm_core.runtime._batcher import AutoBatcher
 from genlm_core.runtime._cache import OutputCache, nbytes_of
+from genlm_core.runtime._dispatch import DispatchPolicy
 from genlm_core.runtime._gate import ComputeGate
 from genlm_core.runtime._heap import HeapTrimmer, process_trimmer, trim_heap, trimming_wanted
 from genlm_core.runtime._outcomes import BatcherStats, RequestFailure
@@ -19,6 +20,7 @@ __all__ = [
     "AutoBatcher",
     "BatcherStats",
     "ComputeGate",
+    "DispatchPolicy",
     "HeapTrimmer",
     "LoopBatchers",
     "OutputCache",

@@ -1,10 +1,16 @@
-"""What a batch gives back besides results: a per-key failure, and the batcher's counters."""
+"""What a batch gives back: results checked, handed to each key's callers, per-key failures.
+
+Also the batcher's counters.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+import itertools
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+from genlm_core.errors import BatchSizeMismatchError
 
 
 class RequestFailure:
@@ -79,3 +85,46 @@ def fail_waiting(waiters: Iterable[list[Any]], error: BaseException) -> None:
         for fut in futures:
             if not fut.done():
                 fut.set_exception(error)
+
+
+def checked(results: Sequence[Any], n_keys: int, name: str) -> list[Any]:
+    """``results`` as a list (a tensor splits into rows), if it holds one per key."""
+    out = list(results)
+    if len(out) != n_keys:
+        raise BatchSizeMismatchError(
+            f"batch_fn returned {len(out)} results for {n_keys} keys; it must "
+            f"return exactly one result per key, in the order of the keys ({name})"
+        )
+    return out
+
+
+def deliver(
+    waiters: list[list[Any]],
+    results: list[Any] | None,
+    exc: BaseException | None,
+    copy: Callable[[Any], Any] | None,
+    name: str,
+) -> None:
+    """Give every caller of a finished batch its result or the batch's error.
+
+    A KeyboardInterrupt or SystemExit from the thread reaches callers as a RuntimeError;
+    if resolving itself is interrupted, the callers left are failed before it propagates.
+    """
+    if exc is not None and not isinstance(exc, Exception):
+        err = RuntimeError(f"{name}: batch_fn was interrupted by {exc!r}")
+        err.__cause__ = exc
+        exc = err
+    values: Any = results if results is not None else itertools.repeat(None)
+    try:
+        for futs, value in zip(waiters, values, strict=False):  # values may repeat
+            resolve(futs, value, exc if exc is not None else failure_of(value), copy)
+    except BaseException as failure:
+        fail_waiting(waiters, failure)
+        raise
+
+
+def abandon(futures: Iterable[Any]) -> None:
+    """Cancel the futures a caller gave up on; mark failed ones' errors as retrieved."""
+    for fut in futures:
+        if not fut.cancel() and not fut.cancelled():
+            fut.exception()  # no "exception never retrieved" log

@@ -31,24 +31,24 @@ def rec() -> Recorder:
 
 
 @pytest.mark.parametrize("bad", [0, -3, 1.5, True, "8", None])
-def test_max_batch_size_is_validated(bad: Any) -> None:
+async def test_max_batch_size_is_validated(bad: Any) -> None:
     with pytest.raises(ValueError, match=rf"max_batch_size must be an integer >= 1, got {bad!r}"):
         AutoBatcher(lambda keys: keys, max_batch_size=bad)
 
 
-def test_max_batch_size_message_matches_ray_style() -> None:
+async def test_max_batch_size_message_matches_ray_style() -> None:
     with pytest.raises(ValueError) as info:
         AutoBatcher(lambda keys: keys, max_batch_size=0)
     assert str(info.value) == "max_batch_size must be an integer >= 1, got 0"
 
 
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), "0.1", True])
-def test_max_wait_is_validated(bad: Any) -> None:
+async def test_max_wait_is_validated(bad: Any) -> None:
     with pytest.raises(ValueError, match="max_wait must be a finite number of seconds >= 0"):
         AutoBatcher(lambda keys: keys, max_wait=bad)
 
 
-def test_batch_fn_must_be_callable() -> None:
+async def test_batch_fn_must_be_callable() -> None:
     with pytest.raises(ValueError, match="batch_fn must be callable"):
         AutoBatcher(42)  # type: ignore[arg-type]
 

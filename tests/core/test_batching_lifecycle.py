@@ -23,7 +23,7 @@ from genlm_core.errors import (
     GenlmError,
     WorkerInitError,
 )
-from genlm_core.runtime import AutoBatcher, WorkerThread
+from genlm_core.runtime import AutoBatcher, LoopBatchers, WorkerThread
 
 
 @pytest.fixture
@@ -44,32 +44,53 @@ def shut_down(loop: asyncio.AbstractEventLoop) -> None:
     loop.close()
 
 
+def test_made_outside_an_event_loop_raises_with_the_fix() -> None:
+    with pytest.raises(BatcherLoopError, match="inside the running event loop.*LoopBatchers"):
+        AutoBatcher(lambda keys: keys, name="early")
+
+
 def test_use_from_another_event_loop_raises_naming_both() -> None:
-    batcher = AutoBatcher(lambda keys: keys, name="bound")
     first = asyncio.new_event_loop()
     second = asyncio.new_event_loop()
+
+    async def make() -> AutoBatcher[int, int]:
+        return AutoBatcher(lambda keys: keys, name="bound")
+
     try:
+        batcher = first.run_until_complete(make())
         assert first.run_until_complete(batcher.submit(1)) == 1
         with pytest.raises(BatcherLoopError) as info:
             second.run_until_complete(batcher.submit(2))
         err = info.value
         assert isinstance(err, GenlmError) and isinstance(err, RuntimeError)
         assert repr(first) in str(err) and repr(second) in str(err)
-        assert "bound" in str(err)
-        shut_down(first)  # a closed loop can never run again: the batcher may move on
-        assert second.run_until_complete(batcher.submit(3)) == 3
-        second.run_until_complete(batcher.aclose())
+        assert "bound" in str(err) and "LoopBatchers" in str(err)
+        assert first.run_until_complete(batcher.submit(3)) == 3  # its own loop still served
+        shut_down(first)  # a closed loop never runs again: its batcher stays bound to it
+        with pytest.raises(BatcherLoopError):
+            second.run_until_complete(batcher.submit(4))
+        batcher.close()
     finally:
         first.close()
         second.close()
 
 
-def test_reusable_across_asyncio_run_calls() -> None:
-    batcher = AutoBatcher(lambda keys: keys)
-    assert asyncio.run(batcher.submit("a")) == "a"
-    assert asyncio.run(batcher.submit("b")) == "b"
-    batcher.close()
-    assert batcher.closed
+def test_loop_batchers_serve_successive_asyncio_runs_over_one_thread() -> None:
+    seen: list[threading.Thread] = []
+
+    def fn(keys: list[str]) -> list[str]:
+        seen.append(threading.current_thread())
+        return keys
+
+    batchers = LoopBatchers(fn, name="runs")
+
+    async def run(key: str) -> tuple[str, AutoBatcher[str, str]]:
+        return await batchers.get().submit(key), batchers.get()
+
+    (a, first), (b, second) = asyncio.run(run("a")), asyncio.run(run("b"))
+    assert (a, b) == ("a", "b") and first is not second
+    assert seen[0] is seen[1]  # one worker thread kept across the loops
+    batchers.close()
 
 
 # -- closing -------------------------------------------------------------------------------------
@@ -137,8 +158,12 @@ async def test_closing_an_unused_batcher() -> None:
 
 
 def test_close_after_the_event_loop_is_gone() -> None:
-    batcher = AutoBatcher(lambda keys: keys)
-    assert asyncio.run(batcher.submit(1)) == 1
+    async def run() -> AutoBatcher[int, int]:
+        batcher = AutoBatcher(lambda keys: keys)
+        assert await batcher.submit(1) == 1
+        return batcher
+
+    batcher = asyncio.run(run())
     batcher.close()
     assert batcher.closed
 
@@ -212,7 +237,7 @@ def test_random_traffic_keeps_every_rule(
         assert len(set(batch)) == len(batch)
 
 
-def test_repr_names_the_batcher() -> None:
+async def test_repr_names_the_batcher() -> None:
     batcher = AutoBatcher(lambda keys: keys, name="lm.batcher", max_batch_size=8)
     assert "lm.batcher" in repr(batcher) and "max_batch_size=8" in repr(batcher)
 
@@ -292,7 +317,7 @@ async def test_a_shut_down_worker_thread_fails_batches_instead_of_hanging(rec: R
     await b.aclose()
 
 
-def test_worker_thread_must_be_a_worker_thread() -> None:
+async def test_worker_thread_must_be_a_worker_thread() -> None:
     with pytest.raises(ValueError, match="worker_thread must be a WorkerThread"):
         AutoBatcher(lambda keys: keys, worker_thread=object())  # type: ignore[arg-type]
 

@@ -111,9 +111,9 @@ PACKAGE_SURFACES = {
         "LoraAdapter", "PrefixRequest", "Request", "sampling_args",
     ],
     "genlm_core.runtime": [
-        "AutoBatcher", "BatcherStats", "ComputeGate", "HeapTrimmer", "LoopBatchers",
-        "OutputCache", "RequestFailure", "RowPool", "RowPoolStats", "WorkerThread",
-        "nbytes_of", "process_trimmer", "trim_heap", "trimming_wanted",
+        "AutoBatcher", "BatcherStats", "ComputeGate", "DispatchPolicy", "HeapTrimmer",
+        "LoopBatchers", "OutputCache", "RequestFailure", "RowPool", "RowPoolStats",
+        "WorkerThread", "nbytes_of", "process_trimmer", "trim_heap", "trimming_wanted",
     ],
     "genlm_core.loading": [
         "DTYPES", "Option", "accepted_options", "cached_snapshot", "check_dtype",

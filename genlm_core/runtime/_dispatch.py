@@ -1,0 +1,178 @@
+"""DispatchPolicy: when a batcher's pending batch is due, and which keys go in it.
+
+No event loop and no thread, so each rule is tested by calling methods; the AutoBatcher
+drives it. docs/architecture.md ("When a batch goes") says why the rules are these.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
+
+from genlm_core._validation import is_int_at_least, is_seconds
+from genlm_core.runtime._outcomes import BatcherStats
+
+K = TypeVar("K", bound=Hashable)
+PIPELINE_DEPTH = 2  # batches handed to the worker thread at once: one running, one queued
+
+
+class Added(enum.Enum):
+    """What adding a request did, so the batcher knows whether to wake its worker."""
+
+    SHARED = "joined a pending or in-flight computation of the same key"
+    FIRST = "opened a new pending batch"
+    FULL = "filled the pending batch"
+    QUEUED = "joined the pending batch"
+
+
+class Step(enum.Enum):
+    """What the batcher's worker does next (see :meth:`DispatchPolicy.next_step`)."""
+
+    SEND = "send the next batch to the worker thread now"
+    HOLD = "wait until the pending batch is due, then send it"
+    WAIT = "sleep until a request, a finished batch or close wakes it"
+    STOP = "end: nothing is pending or in flight"
+
+
+# Members as module constants: reading ``Added.QUEUED`` costs ~100 ns, a global ~10.
+_SHARED, _FIRST, _FULL, _QUEUED = Added.SHARED, Added.FIRST, Added.FULL, Added.QUEUED
+
+
+class DispatchPolicy(Generic[K]):
+    """The pending keys of one batcher and the rules for sending them.
+
+    A batch is due when it is full, when its first request has waited ``max_wait``
+    seconds, or (``adaptive``) when a pass of the event loop added no key: callers
+    scheduled together share a batch, and a lone caller never waits for company.
+
+    Args:
+        max_batch_size: Most keys in one batch.
+        max_wait: Seconds the first request may wait; with ``adaptive`` only a cap
+            (0 = no cap besides ``max_batch_size``).
+        adaptive: Also due once a pass adds nothing (see :meth:`due`).
+        clock: Seconds, monotonic (the batcher passes its loop's ``time``).
+
+    Raises ValueError (naming the value) for a bad ``max_batch_size`` or ``max_wait``.
+    """
+
+    def __init__(
+        self,
+        max_batch_size: int = 64,
+        max_wait: float = 0.0,
+        adaptive: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not is_int_at_least(max_batch_size, 1):
+            raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
+        if not is_seconds(max_wait):
+            raise ValueError(f"max_wait must be a finite number of seconds >= 0, got {max_wait!r}")
+        self.max_batch_size = max_batch_size
+        self.max_wait = float(max_wait)
+        self.adaptive = bool(adaptive)
+        self._clock = clock
+        self.waiting: dict[K, list[Any]] = {}  # every key pending or in flight -> its waiters
+        self.pending: list[K] = []  # keys not yet sent, in order of arrival
+        self._first_at = 0.0  # when the pending batch's first key came
+        self.stats = BatcherStats()
+
+    def add(self, key: K, waiter: Any) -> Added:
+        """Record a caller of ``key`` (anything with ``done()``): share the key or queue it."""
+        self.stats.requests += 1
+        waiters = self.waiting.get(key)
+        if waiters is not None:
+            waiters.append(waiter)
+            self.stats.deduplicated += 1
+            return _SHARED
+        self.waiting[key] = [waiter]
+        pending = self.pending
+        pending.append(key)
+        n = len(pending)
+        if n == 1:
+            self._first_at = self._clock()
+            return _FIRST
+        return _FULL if n == self.max_batch_size else _QUEUED
+
+    def deadline(self) -> float:
+        """When the pending batch is due at the latest (``inf``: only by size or quiet)."""
+        if self.adaptive and self.max_wait == 0:
+            return math.inf
+        return self._first_at + self.max_wait
+
+    def due(self, *, quiet: bool = False) -> bool:
+        """Whether the pending batch should go now.
+
+        ``quiet``: the last pass of the event loop added no key (counts only when
+        ``adaptive``).
+        """
+        if len(self.pending) >= self.max_batch_size or (quiet and self.adaptive):
+            return True
+        return self._clock() >= self.deadline()
+
+    def next_step(self, in_flight: int, closed: bool, draining: bool) -> Step:
+        """The worker's next step, given the batches in flight and whether it is closed.
+
+        Closed, it sends nothing more unless ``draining`` (then the pending keys still
+        go), and stops once nothing is in flight.
+        """
+        if closed and not (draining and self.pending):
+            return Step.WAIT if in_flight else Step.STOP
+        if in_flight:
+            return Step.SEND if self.may_queue_behind(in_flight) else Step.WAIT
+        return Step.HOLD if self.pending else Step.STOP
+
+    def may_queue_behind(self, in_flight: int) -> bool:
+        """Whether to send a batch while ``in_flight`` run: only a full one, one deep.
+
+        A full batch cannot grow, so it waits in the worker's queue; a partial one keeps
+        collecting until the worker is free.
+        """
+        return len(self.pending) >= self.max_batch_size and in_flight < PIPELINE_DEPTH
+
+    def take(self) -> tuple[list[K], list[list[Any]]]:
+        """Pop the next batch: up to ``max_batch_size`` keys a caller still waits for.
+
+        Keys whose callers all left are dropped, never computed.
+        """
+        pending = self.pending
+        if len(pending) <= self.max_batch_size:
+            taken, self.pending = pending, []
+        else:
+            taken = pending[: self.max_batch_size]
+            del pending[: self.max_batch_size]
+        waiting = self.waiting
+        keys: list[K] = []
+        waiters: list[list[Any]] = []
+        for key in taken:
+            futs = waiting[key]
+            for fut in futs:
+                if not fut.done():
+                    keys.append(key)
+                    waiters.append(futs)
+                    break
+            else:
+                del waiting[key]
+        if keys:
+            self.stats.batches += 1
+            self.stats.max_batch_seen = max(self.stats.max_batch_seen, len(keys))
+        return keys, waiters
+
+    def settle(self, keys: list[K], waiters: list[list[Any]], *, failed: bool = False) -> None:
+        """Forget a finished batch's keys: a later request for one computes it again."""
+        self.stats.errors += failed
+        waiting = self.waiting
+        for key, futs in zip(keys, waiters, strict=True):
+            if waiting.get(key) is futs:  # not a newer entry made after a drop_all
+                del waiting[key]
+
+    def drop_pending(self) -> list[list[Any]]:
+        """Forget the keys not yet sent; their waiters, for the batcher to fail."""
+        pending, self.pending = self.pending, []
+        return [self.waiting.pop(key) for key in pending]
+
+    def drop_all(self) -> list[list[Any]]:
+        """Forget every key, pending or in flight; their waiters, for the batcher to fail."""
+        waiting, self.waiting, self.pending = self.waiting, {}, []
+        return list(waiting.values())
