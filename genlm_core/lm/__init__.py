@@ -2,12 +2,14 @@
 
 :class:`AsyncLM` is the Protocol clients rely on; :class:`AsyncLMBase` the ABC a backend
 subclasses (vocabulary, validation, adapters, sampling, lifecycle); :class:`BatchedAsyncLM`
-adds the shared batcher and output cache, so a backend implements only ``compute_batch``.
+adds the shared batcher and output cache around a :class:`Backend`, which implements only
+``compute_batch`` (a plain object given as ``backend=``, or the subclass itself).
 """
 
 from __future__ import annotations
 
 from genlm_core.lm._adapters import LoraAdapter
+from genlm_core.lm._backend import Backend
 from genlm_core.lm._base import AsyncLMBase
 from genlm_core.lm._batched import DEFAULT_CACHE_BYTES, BatchedAsyncLM
 from genlm_core.lm._protocol import AsyncLM
@@ -18,6 +20,7 @@ __all__ = [
     "DEFAULT_CACHE_BYTES",
     "AsyncLM",
     "AsyncLMBase",
+    "Backend",
     "BatchedAsyncLM",
     "LoraAdapter",
     "PrefixRequest",

@@ -66,14 +66,19 @@ class AsyncLMBase(ABC):
             byte_vocab = decode_vocab(tokenizer, vocab_size=vocab_size)
         self.byte_vocab, self.str_vocab = byte_vocab
         self._gate = ComputeGate(concurrent=self.thread_safe)
+        hooks = self._adapter_hooks()
         self._adapters = LoraAdapters(
-            self,
+            hooks or self,
             self._gate,
-            supported=type(self).load_adapter is not AsyncLMBase.load_adapter,
+            supported=hooks is not None,
             forget_outputs=self._forget_adapter_outputs,
         )
         self._closed = False
         self._cleanup_lock = threading.RLock()  # a second cleanup returns once it is done
+
+    def _adapter_hooks(self) -> Any:
+        """What loads this model's adapters: itself if it overrides load_adapter, else None."""
+        return self if type(self).load_adapter is not AsyncLMBase.load_adapter else None
 
     @classmethod
     def from_name(cls, model_name: str, **opts: Any) -> AsyncLMBase:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 
 from genlm_core._validation import is_int_at_least, is_seconds
 from genlm_core.lm import _rows
+from genlm_core.lm._backend import Backend, checked_backend
 from genlm_core.lm._base import AsyncLMBase
 from genlm_core.lm._options import accepted_options, unknown_option_error
 from genlm_core.lm._requests import PrefixRequest, Request
@@ -33,13 +33,16 @@ _BASE_OPTIONS = frozenset({"vocab_size", "byte_vocab"})
 class BatchedAsyncLM(AsyncLMBase):
     """An AsyncLMBase whose calls go through the shared AutoBatcher and OutputCache.
 
-    Implement :meth:`compute_batch`; it runs off the event loop, receives unique
-    validated requests, and returns one log-probability tensor per request. The core
-    runs one :meth:`compute_batch` at a time (unless the class sets ``thread_safe =
-    True``), checks every row it returns, caches it, and hands each caller a copy of
-    its own.
+    Give it a ``backend`` (:class:`~genlm_core.lm.Backend`: an object with
+    ``compute_batch``), or subclass it and implement :meth:`compute_batch`. That runs
+    off the event loop, receives unique validated requests, and returns one
+    log-probability tensor per request. The core runs one :meth:`compute_batch` at a
+    time (unless ``thread_safe``), checks every row it returns, caches it, and hands
+    each caller a copy of its own.
 
     Args:
+        backend: What computes rows (default: this object, whose subclass implements
+            :meth:`compute_batch`); its optional hooks are used when present.
         batch_size: Most requests per batch (default :attr:`default_batch_size`).
         max_wait: Seconds a batch may wait for more callers, counted from its first
             request (default 0: dispatch as soon as the event loop has no more runnable
@@ -74,6 +77,7 @@ class BatchedAsyncLM(AsyncLMBase):
         self,
         tokenizer: Any,
         *,
+        backend: Backend | None = None,
         batch_size: int | None = None,
         max_wait: float | None = None,
         cache_size: int = 4096,
@@ -83,6 +87,23 @@ class BatchedAsyncLM(AsyncLMBase):
         row_device: str | torch.device = "cpu",
         **kwargs: Any,
     ) -> None:
+        own = type(self).compute_batch is not BatchedAsyncLM.compute_batch
+        if backend is not None and own:
+            raise TypeError(
+                f"{type(self).__name__} computes its own rows (it implements compute_batch); "
+                f"backend= is for BatchedAsyncLM itself: BatchedAsyncLM(tokenizer, backend=...)"
+            )
+        if backend is None and not own:
+            raise TypeError(
+                f"{type(self).__name__} has nothing to compute with: pass backend=, an "
+                f"object with compute_batch(requests) (genlm_core.lm.Backend), or "
+                f"implement compute_batch in a subclass"
+            )
+        #: What computes the rows: a :class:`~genlm_core.lm.Backend`, or this model.
+        self.backend: Any = self if backend is None else checked_backend(backend)
+        if backend is not None:
+            self.thread_safe = bool(getattr(backend, "thread_safe", False))
+            self.max_positions = getattr(backend, "max_positions", None)
         for option in kwargs:
             if option not in _BASE_OPTIONS:
                 valid = accepted_options(type(self)) or sorted(_BASE_OPTIONS)
@@ -107,7 +128,16 @@ class BatchedAsyncLM(AsyncLMBase):
         self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
         #: The process's heap trimmer, used after batches when :attr:`trims_heap` is on.
         self.heap_trimmer = process_trimmer()
-        self._computation = RowComputation(self)
+        self._computation = RowComputation(
+            self,
+            gate=self._gate,
+            adapters=self._adapters,
+            cache=self.cache,
+            row_pool=self.row_pool,
+            row_device=self.row_device,
+            width=len(self.byte_vocab),
+            trimmer=self.heap_trimmer if self.trims_heap else None,
+        )
         # A batcher per event loop (one per asyncio.run) over one worker thread: what
         # init_worker_thread and the libraries set up in it is kept between runs.
         self._loop_batchers = LoopBatchers(
@@ -120,21 +150,26 @@ class BatchedAsyncLM(AsyncLMBase):
             closed_error=self._closed_error,
         )
 
-    @abstractmethod
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
         """Compute log-probabilities for distinct, validated requests (in a worker thread).
+
+        A subclass implements it; by default the :attr:`backend`'s.
 
         Returns:
             One float32 tensor of shape ``(len(byte_vocab),)`` on :attr:`row_device`
             per request, in order.
         """
+        return self.backend.compute_batch(requests)
 
     def init_worker_thread(self) -> None:
-        """Called once in the model's worker thread before its first batch. Default: nothing.
+        """Called once in the model's worker thread before its first batch.
 
         Override to set thread-local state for :meth:`compute_batch` (genlm-hf sets the
-        thread's torch threads); the model keeps that thread for every event loop.
+        thread's torch threads); the model keeps that thread for every event loop. By
+        default the :attr:`backend`'s, if it has one.
         """
+        if self.backend is not self and hasattr(self.backend, "init_worker_thread"):
+            self.backend.init_worker_thread()
 
     def compute_prefix_batch(
         self, requests: list[PrefixRequest]
@@ -148,14 +183,21 @@ class BatchedAsyncLM(AsyncLMBase):
         Returns:
             Per request, one float32 tensor of shape ``(len(byte_vocab),)`` per prefix
             ending at position ``start`` or later (or one tensor of shape
-            ``(len(token_ids) - start, vocab)``).
+            ``(len(token_ids) - start, vocab)``). By default the :attr:`backend`'s.
         """
-        raise NotImplementedError  # pragma: no cover - only called when overridden
+        return self.backend.compute_prefix_batch(requests)
 
     @property
     def computes_prefixes_in_one_forward(self) -> bool:
-        """Whether this backend overrides :meth:`compute_prefix_batch`."""
+        """Whether this model, or its backend, implements :meth:`compute_prefix_batch`."""
+        if self.backend is not self:
+            return hasattr(self.backend, "compute_prefix_batch")
         return type(self).compute_prefix_batch is not BatchedAsyncLM.compute_prefix_batch
+
+    def _adapter_hooks(self) -> Any:
+        if self.backend is not self:
+            return self.backend if hasattr(self.backend, "load_adapter") else None
+        return super()._adapter_hooks()
 
     def _batcher(self) -> Any:
         """The running event loop's batcher (see :class:`~genlm_core.runtime.LoopBatchers`)."""
@@ -344,6 +386,8 @@ class BatchedAsyncLM(AsyncLMBase):
         self._loop_batchers.close()  # queued calls fail; the worker ends after its batches
         super()._release()  # waits for a computation in flight, unloads adapters
         self.row_pool.close()
+        if self.backend is not self and hasattr(self.backend, "close"):
+            self.backend.close()
 
 
 def _from(req: PrefixRequest, skip: int) -> PrefixRequest:

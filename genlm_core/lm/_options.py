@@ -61,7 +61,8 @@ def accepted_options(target: Callable[..., Any] | type) -> list[str] | None:
     levels = option_levels(target)
     names: set[str] = set()
     for _, _, params in levels:
-        names.update(p.name for p in defaulted(params))
+        # backend= is BatchedAsyncLM's object to compute with, never a loader's option.
+        names.update(p.name for p in defaulted(params) if p.name != "backend")
         if not forwards(params):
             return sorted(names)
     # Every level passes options on: past a class's last __init__, or out of a plain

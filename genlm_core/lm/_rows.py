@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -20,20 +20,49 @@ from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.runtime import RequestFailure
 
 if TYPE_CHECKING:
-    from genlm_core.lm._batched import BatchedAsyncLM
+    from genlm_core.lm._adapters import LoraAdapters
+    from genlm_core.runtime import ComputeGate, HeapTrimmer, OutputCache, RowPool
 
 Key = Request | PrefixRequest
 
 
-class RowComputation:
-    """The batch function of a :class:`~genlm_core.lm.BatchedAsyncLM`, and its counts."""
+class RowBackend(Protocol):
+    """What computes rows: a :class:`~genlm_core.lm.BatchedAsyncLM`'s two batch methods."""
 
-    def __init__(self, model: BatchedAsyncLM) -> None:
-        self._model = model
-        self._name = type(model).__name__
-        self._gate = model._gate
-        self._adapters = model._adapters
-        self.width = len(model.byte_vocab)  # the rows' length
+    def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]: ...
+
+    def compute_prefix_batch(self, requests: list[PrefixRequest]) -> Sequence[Any]: ...
+
+
+class RowComputation:
+    """The batch function of a :class:`~genlm_core.lm.BatchedAsyncLM`, and its counts.
+
+    Handed everything it uses: the backend that computes rows, the gate it computes
+    under, the adapters it makes current, the output cache and row pool it fills, the
+    rows' device and width, and the heap trimmer (None: no trimming).
+    """
+
+    def __init__(
+        self,
+        backend: RowBackend,
+        *,
+        gate: ComputeGate,
+        adapters: LoraAdapters,
+        cache: OutputCache | None,
+        row_pool: RowPool,
+        row_device: torch.device,
+        width: int,
+        trimmer: HeapTrimmer | None,
+    ) -> None:
+        self._backend = backend  # its methods are looked up per batch: a patch holds
+        self._name = type(backend).__name__
+        self._gate = gate
+        self._adapters = adapters
+        self._cache = cache
+        self._row_pool = row_pool
+        self._row_device = row_device
+        self._trimmer = trimmer
+        self.width = width  # the rows' length
         self._counts = [0, 0]  # compute_batch calls, requests they computed
         self._uncached: set[Key] = set()  # see uncached()
         self._counts_lock = threading.Lock()  # the worker and sync callers count
@@ -63,7 +92,6 @@ class RowComputation:
         wrong, gets a :class:`RequestFailure` of its own. With ``for_callers`` (the
         batcher), each result is a tensor nobody else holds, copied here off the loop.
         """
-        model = self._model
         with self._gate.computing():
             current = [self._adapters.current(key) for key in keys]
             todo = list(dict.fromkeys(k for k in current if type(k) is not RequestFailure))
@@ -74,8 +102,8 @@ class RowComputation:
                 results.update(zip(requests, self._next_token_rows(requests), strict=True))
             if prefix_requests:
                 results.update(self._prefix_rows(prefix_requests))
-        if model.trims_heap:
-            model.heap_trimmer.maybe_trim()
+        if self._trimmer is not None:
+            self._trimmer.maybe_trim()
         out = [k if type(k) is RequestFailure else results[k] for k in current]
         if for_callers:
             handed: set[int] = set()
@@ -90,9 +118,9 @@ class RowComputation:
                 out[i] = row
         return out
 
-    def _outputs(self, method: str, requests: list[Any]) -> list[Any]:
-        """The backend's ``method(requests)``: one output per request, else an error."""
-        outs = list(getattr(self._model, method)(requests))
+    def _outputs(self, outs: Sequence[Any], requests: list[Any], method: str) -> list[Any]:
+        """The backend's ``outs`` for ``requests``: one per request, else an error."""
+        outs = list(outs)
         if len(outs) != len(requests):
             raise BatchSizeMismatchError(
                 f"{self._name}.{method} returned {len(outs)} results for {len(requests)} requests"
@@ -101,12 +129,12 @@ class RowComputation:
 
     def _next_token_rows(self, requests: list[Request]) -> list[Any]:
         """The backend's rows for ``requests``, checked, and stored in the output cache."""
-        outs = self._outputs("compute_batch", requests)
+        outs = self._outputs(self._backend.compute_batch(requests), requests, "compute_batch")
         with self._counts_lock:
             self._counts[0] += 1
             self._counts[1] += len(requests)
         rows = self.checked_rows(requests, outs, "compute_batch")
-        cache, uncached = self._model.cache, self._uncached
+        cache, uncached = self._cache, self._uncached
         if cache is not None:
             for req, row in zip(requests, rows, strict=True):
                 if type(row) is not RequestFailure and req not in uncached:
@@ -114,7 +142,8 @@ class RowComputation:
         return rows
 
     def _prefix_rows(self, requests: list[PrefixRequest]) -> dict[PrefixRequest, Any]:
-        outs = self._outputs("compute_prefix_batch", requests)
+        computed = self._backend.compute_prefix_batch(requests)
+        outs = self._outputs(computed, requests, "compute_prefix_batch")
         results: dict[PrefixRequest, Any] = {}
         # Every row of every sequence is checked at once (one host read-back on a GPU).
         spans: list[tuple[PrefixRequest, list[Request], int]] = []
@@ -135,7 +164,7 @@ class RowComputation:
             spans.append((req, prefixes, len(keys)))
             keys.extend(prefixes)
             values.extend(rows)
-        cache = self._model.cache
+        cache = self._cache
         all_checked = self.checked_rows(keys, values, "compute_prefix_batch")
         for req, prefixes, first in spans:
             checked = all_checked[first : first + len(prefixes)]
@@ -156,7 +185,7 @@ class RowComputation:
         entry finite and <= 1e-3 (log-probs, not logits; no NaN).
         """
         width = self.width
-        device = self._model.row_device
+        device = self._row_device
         checked: list[Any] = [None] * len(outs)
         todo: list[int] = []
         for i, out in enumerate(outs):
@@ -193,7 +222,7 @@ class RowComputation:
 
     def _contract_failure(self, req: Request, method: str, problem: str) -> RequestFailure:
         width = self.width
-        device = self._model.row_device
+        device = self._row_device
         where = "CPU" if device.type == "cpu" else str(device)
         return RequestFailure(
             BackendContractError(
@@ -211,7 +240,7 @@ class RowComputation:
         views = [
             i
             for i, row in enumerate(rows)
-            if not self._model.row_pool.owns(row) and row.untyped_storage().nbytes() > row.nbytes
+            if not self._row_pool.owns(row) and row.untyped_storage().nbytes() > row.nbytes
         ]
         if not views:
             return rows

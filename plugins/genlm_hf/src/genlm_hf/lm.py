@@ -56,7 +56,7 @@ from genlm_hf._threads import auto_worker_threads, set_thread_torch_threads
 from genlm_hf._workspace import Workspace
 from genlm_hf.errors import MissingDependencyError, ModelLoadError
 from genlm_hf.kvcache import PrefixKVCache
-from genlm_hf.prefixes import PrefixForwards
+from genlm_hf.prefixes import ForwardSteps, PrefixForwards
 
 __all__ = [
     "DEFAULT_KV_CACHE_BYTES",
@@ -206,7 +206,13 @@ class AsyncTransformer(PrefixCachedLM):
         if kv_cache_bytes > 0:
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
         self.bytes_per_token = self._layout.bytes_per_token if self._layout else 0
-        self._prefixes = PrefixForwards(self)
+        self._prefixes = PrefixForwards(
+            ForwardSteps(self._forward_input, self._forward, self._log_softmax, self._store_kv),
+            cache=self.cache,
+            width=len(self.byte_vocab),
+            bytes_per_token=self.bytes_per_token,
+            max_batch_kv_bytes=self.max_batch_kv_bytes,
+        )
 
     # -- loading ----------------------------------------------------------------------
 
