@@ -10,12 +10,13 @@ import contextlib
 import math
 import threading
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from genlm_core.errors import BackendContractError, BatchSizeMismatchError
 from genlm_core.lm._adapters import short_ids
+from genlm_core.lm._backend import Backend
 from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.runtime import RequestFailure
 
@@ -24,14 +25,6 @@ if TYPE_CHECKING:
     from genlm_core.runtime import ComputeGate, HeapTrimmer, OutputCache, RowPool
 
 Key = Request | PrefixRequest
-
-
-class RowBackend(Protocol):
-    """What computes rows: a :class:`~genlm_core.lm.BatchedAsyncLM`'s two batch methods."""
-
-    def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]: ...
-
-    def compute_prefix_batch(self, requests: list[PrefixRequest]) -> Sequence[Any]: ...
 
 
 class RowComputation:
@@ -44,7 +37,7 @@ class RowComputation:
 
     def __init__(
         self,
-        backend: RowBackend,
+        backend: Backend,
         *,
         gate: ComputeGate,
         adapters: LoraAdapters,
