@@ -10,7 +10,9 @@ import gc
 from abc import abstractmethod
 from typing import Any
 
+from genlm_core.compat import hook_names
 from genlm_core.compat import model_methods as _compat
+from genlm_core.compat.hook_names import adopt_old_hook_names
 from genlm_core.errors import InvalidArgumentError
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter
 from genlm_core.loading import merge_engine_options, resolve_model_name
@@ -39,6 +41,10 @@ class EngineLM(BatchedAsyncLM):
     reset_async_queries = _compat.reset_async_queries
     set_lora = _compat.set_lora
     clear_lora = _compat.clear_lora
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        adopt_old_hook_names(cls, hook_names.ENGINE)
 
     def __init__(self, tokenizer: Any, *, owns_engine: bool = True, **kwargs: Any) -> None:
         super().__init__(tokenizer, **kwargs)
@@ -97,23 +103,23 @@ class EngineLM(BatchedAsyncLM):
         """Stop an engine :meth:`start_engine` started (the wrapper could not be made)."""
 
     @abstractmethod
-    def _engine_lock(self) -> Any:
+    def engine_lock(self) -> Any:
         """The engine's lock (one per engine, shared by the wrappers over it)."""
 
     @abstractmethod
-    def _lora_enabled(self) -> bool:
+    def engine_has_lora(self) -> bool:
         """Whether the engine was started with LoRA support."""
 
     @abstractmethod
-    def _load_into_engine(self, adapter: LoraAdapter) -> Any:
+    def load_into_engine(self, adapter: LoraAdapter) -> Any:
         """Load an adapter version into the engine (its lock held); return its handle."""
 
     @abstractmethod
-    def _unload_from_engine(self, handle: Any) -> None:
+    def unload_from_engine(self, handle: Any) -> None:
         """Unload an adapter version from the engine (its lock held)."""
 
     @abstractmethod
-    def _shutdown_engine(self) -> None:
+    def close_engine(self) -> None:
         """Stop the engine and free what it holds (its lock held)."""
 
     def load_adapter(self, adapter: LoraAdapter) -> Any:
@@ -122,23 +128,23 @@ class EngineLM(BatchedAsyncLM):
         Raises:
             InvalidArgumentError: The engine was started without LoRA support.
         """
-        if not self._lora_enabled():
+        if not self.engine_has_lora():
             raise InvalidArgumentError(
                 f"this {self.engine_name} engine was started without LoRA support; {self.lora_hint}"
             )
-        with self._engine_lock():
-            return self._load_into_engine(adapter)
+        with self.engine_lock():
+            return self.load_into_engine(adapter)
 
     def unload_adapter(self, adapter: LoraAdapter, handle: Any) -> None:
         """Unload an adapter version from the engine (the core's hook)."""
-        with self._engine_lock():
-            self._unload_from_engine(handle)
+        with self.engine_lock():
+            self.unload_from_engine(handle)
 
     def _release(self) -> None:
         super()._release()  # closes the batchers, unloads the adapters, clears the caches
-        with self._engine_lock():  # waits for an engine run in flight (a sample, say)
+        with self.engine_lock():  # waits for an engine run in flight (a sample, say)
             if self.owns_engine:
-                self._shutdown_engine()
+                self.close_engine()
         self._drop_engine()
         gc.collect()
 

@@ -16,7 +16,9 @@ import torch
 
 from genlm_core._validation import is_int_at_least
 from genlm_core.backend_kit._planning import plan_groups, shared_prefixes
+from genlm_core.compat import hook_names
 from genlm_core.compat import model_methods as _compat
+from genlm_core.compat.hook_names import adopt_old_hook_names
 from genlm_core.errors import ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 
@@ -51,6 +53,10 @@ class PrefixCachedLM(BatchedAsyncLM):
     set_lora = _compat.set_lora
     clear_lora = _compat.clear_lora
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        adopt_old_hook_names(cls, hook_names.PREFIX_CACHED)
+
     def __init__(
         self,
         tokenizer: Any,
@@ -80,7 +86,7 @@ class PrefixCachedLM(BatchedAsyncLM):
         return not self.kv_reuse_off_reason
 
     @abstractmethod
-    def _forward_input(
+    def forward_input(
         self, adapter: Any, token_ids: tuple[int, ...], *, first: int | None = None
     ) -> Any:
         """The forward input of ``token_ids`` from the longest cached prefix before ``first``.
@@ -90,23 +96,23 @@ class PrefixCachedLM(BatchedAsyncLM):
         """
 
     @abstractmethod
-    def _forward_rows(self, adapter: Any, group: list[Any]) -> list[torch.Tensor]:
+    def forward_rows(self, adapter: Any, group: list[Any]) -> list[torch.Tensor]:
         """One forward over ``group``'s new tokens: keys/values stored, a float32 CPU row each."""
 
     @abstractmethod
-    def _plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
+    def plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
         """Log-probs from one plain forward over the whole prompt (no cache), active adapter."""
 
     @abstractmethod
-    def _load_weights(self, adapter: LoraAdapter) -> None:
+    def load_weights(self, adapter: LoraAdapter) -> None:
         """Load an adapter version's weights into the model under ``adapter.engine_name``."""
 
     @abstractmethod
-    def _delete_weights(self, name: str) -> None:
+    def delete_weights(self, name: str) -> None:
         """Remove the adapter loaded under ``name`` from the model."""
 
     @abstractmethod
-    def _activate(self, adapter: str | None) -> None:
+    def activate_adapter(self, adapter: str | None) -> None:
         """Make the model compute with adapter ``adapter`` (an engine name; None: base)."""
 
     def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
@@ -127,7 +133,7 @@ class PrefixCachedLM(BatchedAsyncLM):
                 by_adapter.setdefault(self.adapter_handle(req), []).append(req)
             results: dict[Any, Any] = {}
             for adapter, reqs in by_adapter.items():
-                self._activate(adapter)
+                self.activate_adapter(adapter)
                 results.update(zip(reqs, compute(adapter, reqs), strict=True))
             return [results[req] for req in requests]
 
@@ -145,24 +151,24 @@ class PrefixCachedLM(BatchedAsyncLM):
         :attr:`max_batch_kv_bytes`.
         """
         done: dict[tuple[int, ...], torch.Tensor] = {}
-        inputs = [self._forward_input(adapter, ids) for ids in prompts]
+        inputs = [self.forward_input(adapter, ids) for ids in prompts]
         if self.kv_reuse and len(inputs) > 1:
             shared = shared_prefixes(inputs, MIN_SHARED)
             if shared:
                 done.update(self._compute(adapter, shared))
                 left = [x.token_ids for x in inputs if x.token_ids not in done]
-                inputs = [self._forward_input(adapter, ids) for ids in left]
+                inputs = [self.forward_input(adapter, ids) for ids in left]
         groups = plan_groups(inputs, self.bytes_per_token, self.max_batch_kv_bytes)
         for index, planned in enumerate(groups):
             # After the first forward, look up again: inserts may have evicted what was
             # found before, or added longer prefixes.
             group = planned
             if index:
-                group = [self._forward_input(adapter, x.token_ids) for x in planned]
+                group = [self.forward_input(adapter, x.token_ids) for x in planned]
             if self.kv_reuse:
                 for x in group:
                     self.kv_cache.count(x.past_len)
-            for x, out in zip(group, self._forward_rows(adapter, group), strict=True):
+            for x, out in zip(group, self.forward_rows(adapter, group), strict=True):
                 done[x.token_ids] = out
         return done
 
@@ -177,18 +183,18 @@ class PrefixCachedLM(BatchedAsyncLM):
         with self.exclusive_access(), self.forward_context():
             if self.model is None:
                 raise ModelClosedError(f"{type(self).__name__} was cleaned up")
-            self._activate(self.adapter_handle(req))
-            return self._plain_logprobs(req.token_ids)
+            self.activate_adapter(self.adapter_handle(req))
+            return self.plain_logprobs(req.token_ids)
 
     def load_adapter(self, adapter: LoraAdapter) -> str:
         """Load an adapter version under its unique engine name (the core's hook)."""
-        self._load_weights(adapter)
+        self.load_weights(adapter)
         return adapter.engine_name
 
     def unload_adapter(self, adapter: LoraAdapter, handle: str) -> None:
         """Remove an adapter version from the model, with its cached keys and values."""
         if self.model is not None:
-            self._delete_weights(handle)
+            self.delete_weights(handle)
         self.kv_cache.drop_adapter(handle)
 
     @property

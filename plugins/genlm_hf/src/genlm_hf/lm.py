@@ -207,7 +207,7 @@ class AsyncTransformer(PrefixCachedLM):
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
         self.bytes_per_token = self._layout.bytes_per_token if self._layout else 0
         self._prefixes = PrefixForwards(
-            ForwardSteps(self._forward_input, self._forward, self._log_softmax, self._store_kv),
+            ForwardSteps(self.forward_input, self._forward, self._log_softmax, self._store_kv),
             cache=self.cache,
             width=len(self.byte_vocab),
             bytes_per_token=self.bytes_per_token,
@@ -296,7 +296,7 @@ class AsyncTransformer(PrefixCachedLM):
         """
         return self._per_adapter(requests, self._prefixes.compute)
 
-    def _forward_input(
+    def forward_input(
         self, adapter: str | None, ids: tuple[int, ...], *, first: int | None = None
     ) -> ForwardInput:
         """The forward input of ``ids`` run from the longest cached prefix of ``ids[:first]``.
@@ -327,7 +327,7 @@ class AsyncTransformer(PrefixCachedLM):
             gather_workspace=self._gather_workspace,
         )
 
-    def _forward_rows(self, adapter: str | None, group: list[ForwardInput]) -> list[torch.Tensor]:
+    def forward_rows(self, adapter: str | None, group: list[ForwardInput]) -> list[torch.Tensor]:
         """One forward over ``group`` (the base class's hook): log-probs, K/V stored."""
         logits, buffer, width_past = self._forward(group)
         rows = self._log_softmax(logits)
@@ -357,7 +357,7 @@ class AsyncTransformer(PrefixCachedLM):
                 max_copy_bytes=self._copy_bytes,
             )
 
-    def _plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
+    def plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
         """One forward over the whole prompt, no cache (the base class's uncached path)."""
         ids = torch.tensor([token_ids], device=self.model.get_input_embeddings().weight.device)
         logits = self.model(ids, use_cache=False).logits[0, -1]
@@ -369,7 +369,7 @@ class AsyncTransformer(PrefixCachedLM):
 
     # -- LoRA ---------------------------------------------------------------------------
 
-    def _load_weights(self, adapter: LoraAdapter) -> None:
+    def load_weights(self, adapter: LoraAdapter) -> None:
         """Load a peft LoRA adapter version under its unique name.
 
         Raises:
@@ -390,11 +390,12 @@ class AsyncTransformer(PrefixCachedLM):
                 f"save_pretrained (adapter_config.json + adapter weights) for this base model"
             ) from exc
 
-    def _delete_weights(self, name: str) -> None:
+    def delete_weights(self, name: str) -> None:
+        """Remove the adapter loaded under ``name`` (the base class's hook)."""
         self._active = _UNKNOWN
         _peft.detach(self.model, name)
 
-    def _activate(self, adapter: str | None) -> None:
+    def activate_adapter(self, adapter: str | None) -> None:
         """Enable the peft adapter ``adapter`` (None: the base model), if not already."""
         if adapter is self._active or adapter == self._active:
             return

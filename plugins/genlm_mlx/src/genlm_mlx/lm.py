@@ -196,7 +196,7 @@ class AsyncMlxLM(PrefixCachedLM):
 
     # -- the model's side of the computation ------------------------------------------
 
-    def _forward_input(
+    def forward_input(
         self, adapter: str | None, ids: tuple[int, ...], *, first: int | None = None
     ) -> ForwardInput:
         """``ids`` from its longest cached prefix (the base class's hook)."""
@@ -206,7 +206,7 @@ class AsyncMlxLM(PrefixCachedLM):
         parts, past = self.kv_cache.match(adapter, ids, limit, record=False)
         return ForwardInput(ids, parts, past)
 
-    def _forward_rows(self, adapter: str | None, group: list[ForwardInput]) -> list[torch.Tensor]:
+    def forward_rows(self, adapter: str | None, group: list[ForwardInput]) -> list[torch.Tensor]:
         """One forward over ``group`` (the base class's hook): log-probs, K/V stored."""
         if self.kv_reuse:
             logits, kvs = run_group(self.model, group, self._n_layers)
@@ -218,18 +218,19 @@ class AsyncMlxLM(PrefixCachedLM):
         out = _log_softmax(logits)
         return [out[j].clone() for j in range(len(group))]
 
-    def _plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
+    def plain_logprobs(self, token_ids: tuple[int, ...]) -> torch.Tensor:
         """One forward over the whole prompt, no cache (the base class's uncached path)."""
         logits = run_plain(self.model, [ForwardInput(token_ids, [], 0)])
         mx.eval(logits)
         return _log_softmax(logits)[0]
 
-    def _activate(self, adapter: str | None) -> None:
+    def activate_adapter(self, adapter: str | None) -> None:
+        """Compute with adapter ``adapter`` from now on (the base class's hook)."""
         self._switch.active = adapter
 
     # -- LoRA ---------------------------------------------------------------------------
 
-    def _load_weights(self, adapter: LoraAdapter) -> None:
+    def load_weights(self, adapter: LoraAdapter) -> None:
         """Load an mlx-lm LoRA adapter version under its unique name.
 
         The directory holds ``adapter_config.json`` and ``adapters.safetensors`` as
@@ -240,7 +241,8 @@ class AsyncMlxLM(PrefixCachedLM):
         """
         _lora.load_adapter(self.model, self._switch, adapter.path, adapter.engine_name)
 
-    def _delete_weights(self, name: str) -> None:
+    def delete_weights(self, name: str) -> None:
+        """Remove the adapter loaded under ``name`` (the base class's hook)."""
         _lora.unload_adapter(self.model, name)
 
 

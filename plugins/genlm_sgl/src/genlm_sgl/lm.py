@@ -174,13 +174,15 @@ class AsyncSGLTransformer(EngineLM):
         "rank>, 'lora_target_modules': [...]}"
     )
 
-    def _engine_lock(self) -> Any:
+    def engine_lock(self) -> Any:
+        """The engine's lock (the base class's hook)."""
         return self.engine.lock
 
-    def _lora_enabled(self) -> bool:
+    def engine_has_lora(self) -> bool:
+        """Whether the engine was started with LoRA support (the base class's hook)."""
         return bool(self.engine.lora_enabled)
 
-    def _load_into_engine(self, adapter: LoraAdapter) -> Adapter:
+    def load_into_engine(self, adapter: LoraAdapter) -> Adapter:
         """Load an adapter version under a name unique to this engine.
 
         Raises:
@@ -198,10 +200,12 @@ class AsyncSGLTransformer(EngineLM):
             ) from exc
         return Adapter(lora_id, engine_name)
 
-    def _unload_from_engine(self, handle: Adapter) -> None:
+    def unload_from_engine(self, handle: Adapter) -> None:
+        """Unload an adapter version from the engine (the base class's hook)."""
         self.engine.unload_lora(handle.engine_name, handle.lora_id)
 
-    def _shutdown_engine(self) -> None:
+    def close_engine(self) -> None:
+        """Stop the engine and free what it holds (the base class's hook)."""
         self.engine.shutdown()
 
     def _drop_engine(self) -> None:

@@ -265,13 +265,15 @@ class AsyncVirtualLM(EngineLM):
         "start it with engine_opts={'enable_lora': True, 'max_lora_rank': <your adapters' rank>}"
     )
 
-    def _engine_lock(self) -> Any:
+    def engine_lock(self) -> Any:
+        """The engine's lock (the base class's hook)."""
         return self._runner.lock
 
-    def _lora_enabled(self) -> bool:
+    def engine_has_lora(self) -> bool:
+        """Whether the engine was started with LoRA support (the base class's hook)."""
         return self._lora_enabled_at_start
 
-    def _load_into_engine(self, adapter: LoraAdapter) -> Any:
+    def load_into_engine(self, adapter: LoraAdapter) -> Any:
         """Add an adapter version under a process-unique engine id; return its request.
 
         Raises:
@@ -291,7 +293,8 @@ class AsyncVirtualLM(EngineLM):
             ) from exc
         return request
 
-    def _unload_from_engine(self, handle: Any) -> None:
+    def unload_from_engine(self, handle: Any) -> None:
+        """Unload an adapter version from the engine (the base class's hook)."""
         live = LiveRunner.existing(self._runner.engine)
         if live is not None:  # its live contexts hold the adapter's rows
             live.release([handle.lora_int_id])
@@ -319,7 +322,8 @@ class AsyncVirtualLM(EngineLM):
         finally:
             super()._release()
 
-    def _shutdown_engine(self) -> None:
+    def close_engine(self) -> None:
+        """Stop the engine and free what it holds (the base class's hook)."""
         shutdown_engine(self._runner.engine)
 
     def _drop_engine(self) -> None:
