@@ -29,7 +29,9 @@ class AutoBatcher(Generic[K, R]):
     Args:
         batch_fn: Called in the worker thread with a list of unique keys; returns one
             result per key, in order (a :class:`RequestFailure` fails that key alone).
-        max_batch_size, max_wait, adaptive: When a batch goes (:attr:`policy`).
+        max_batch_size: Most keys a batch (see :attr:`policy` for when a batch goes).
+        max_wait: Seconds the first request may wait (with ``adaptive``, a cap).
+        adaptive: Also send once a pass of the event loop adds no key.
         name: Names it in errors, and names a thread of its own.
         worker_thread: The thread ``batch_fn`` runs in, shared with other batchers and
             never shut down by this one. Default: a thread of its own, stopped on close.
