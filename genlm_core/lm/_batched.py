@@ -168,8 +168,8 @@ class BatchedAsyncLM(AsyncLMBase):
         thread's torch threads); the model keeps that thread for every event loop. By
         default the :attr:`backend`'s, if it has one.
         """
-        if self.backend is not self and hasattr(self.backend, "init_worker_thread"):
-            self.backend.init_worker_thread()
+        if (init := self._backend_hook("init_worker_thread")) is not None:
+            init()
 
     def compute_prefix_batch(
         self, requests: list[PrefixRequest]
@@ -191,13 +191,16 @@ class BatchedAsyncLM(AsyncLMBase):
     def computes_prefixes_in_one_forward(self) -> bool:
         """Whether this model, or its backend, implements :meth:`compute_prefix_batch`."""
         if self.backend is not self:
-            return hasattr(self.backend, "compute_prefix_batch")
+            return self._backend_hook("compute_prefix_batch") is not None
         return type(self).compute_prefix_batch is not BatchedAsyncLM.compute_prefix_batch
 
     def _adapter_hooks(self) -> Any:
         if self.backend is not self:
-            return self.backend if hasattr(self.backend, "load_adapter") else None
+            return self.backend if self._backend_hook("load_adapter") is not None else None
         return super()._adapter_hooks()
+
+    def _backend_hook(self, name: str) -> Any:  # a backend object's optional hook, or None
+        return getattr(self.backend, name, None) if self.backend is not self else None
 
     def _batcher(self) -> Any:
         """The running event loop's batcher (see :class:`~genlm_core.runtime.LoopBatchers`)."""
@@ -386,8 +389,8 @@ class BatchedAsyncLM(AsyncLMBase):
         self._loop_batchers.close()  # queued calls fail; the worker ends after its batches
         super()._release()  # waits for a computation in flight, unloads adapters
         self.row_pool.close()
-        if self.backend is not self and hasattr(self.backend, "close"):
-            self.backend.close()
+        if (close := self._backend_hook("close")) is not None:
+            close()
 
 
 def _from(req: PrefixRequest, skip: int) -> PrefixRequest:

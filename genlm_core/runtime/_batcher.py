@@ -10,13 +10,12 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
 from genlm_core.errors import BatcherClosedError, BatcherLoopError
-from genlm_core.runtime._dispatch import Added, DispatchPolicy, Step
+from genlm_core.runtime._dispatch import _FIRST, _FULL, Added, DispatchPolicy, Step
 from genlm_core.runtime._outcomes import BatcherStats, abandon, checked, deliver, fail_waiting
 from genlm_core.runtime._worker import WorkerThread
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
-_FIRST, _FULL = Added.FIRST, Added.FULL
 _running_loop = asyncio._get_running_loop  # the running loop or None (asyncio exports it)
 
 
