@@ -46,6 +46,11 @@ TRIE_NUMBA, TRIE_TORCH = "trie_numba", "trie_torch"
 TRIES = (TRIE_NUMBA, TRIE_TORCH)
 #: Their import packages, for GENLM_TEST_INSTALLED.
 TRIE_MODULES = tuple(f"genlm_{t}" for t in TRIES)
+#: What the official backends share (plugins/genlm_backend_kit), tested by tests/core.
+BACKEND_KIT = "backend_kit"
+#: The plugins other plugins depend on that no package index has yet: wherever a plugin
+#: is installed from plugins/, pip gets their folders in the same command.
+LOCAL_DEPENDENCIES = (TRIE_NUMBA, BACKEND_KIT)
 LINT_PATHS = (
     "genlm_core",
     "genlm_assets",
@@ -127,12 +132,12 @@ def install_core(session: nox.Session, *extras: str, test: bool = True) -> None:
 
 
 def install_plugins(session: nox.Session, *plugins: str) -> None:
-    """Install ``plugins`` editable from their folders, genlm-trie-numba's first.
+    """Install ``plugins`` editable from their folders, with :data:`LOCAL_DEPENDENCIES`.
 
-    Every plugin depends on genlm-trie-numba, which no package index has yet: pip must
-    find it in this checkout, not ask an index for it.
+    The plugins depend on those, which no package index has yet: pip must find them in
+    this checkout, not ask an index for them.
     """
-    names = dict.fromkeys((TRIE_NUMBA, *plugins))
+    names = dict.fromkeys((*LOCAL_DEPENDENCIES, *plugins))
     session.install(*(arg for b in names for arg in ("-e", str(plugin_dir(b)))))
 
 
@@ -170,7 +175,7 @@ def core(session: nox.Session) -> None:
     install_plugins(session, *TRIES)
     session.install(*REFERENCE)
     session.install("--no-deps", *CLIENTS)
-    declare_installed(session, "tiktoken", *TRIE_MODULES, *REFERENCE_MODULES)
+    declare_installed(session, "tiktoken", "genlm_backend_kit", *TRIE_MODULES, *REFERENCE_MODULES)
     session.run("pytest", "tests/core", *parallel_args(session), *session.posargs)
 
 
@@ -260,8 +265,9 @@ def install_backend(session: nox.Session, backend: str) -> bool:
     """
     extra, note = engine_extra(backend)
     session.log(f"engine extra of genlm-{backend} here: {extra}" + (f" ({note})" if note else ""))
-    # genlm-trie-numba first: the plugin depends on it, and no index has it yet.
-    session.install("-e", str(plugin_dir(TRIE_NUMBA)), "-e", plugin_spec(backend))
+    # With its local dependencies: no index has them yet.
+    local = (arg for dep in LOCAL_DEPENDENCIES for arg in ("-e", str(plugin_dir(dep))))
+    session.install(*local, "-e", plugin_spec(backend))
     after, remove = recipe_steps(backend, extra)
     if after:
         session.install(*after)
@@ -280,7 +286,9 @@ def declare_backend(session: nox.Session, backend: str) -> bool:
     """
     wanted = (*ENGINE_MODULES[backend], *FEATURE_EXTRAS.get(backend, ()))
     present = distributed_modules(session, wanted)
-    declare_installed(session, f"genlm_{backend}", "genlm_trie_numba", *present)
+    declare_installed(
+        session, f"genlm_{backend}", "genlm_trie_numba", "genlm_backend_kit", *present
+    )
     return all(m in present for m in ENGINE_MODULES[backend])
 
 
@@ -392,15 +400,15 @@ def install(session: nox.Session) -> None:
     session.run("pytest", "tests/install", "--noconftest", *session.posargs)
 
 
-#: The eight distributions' project folders: genlm-core, then the plugins.
-PROJECTS = (ROOT, *(plugin_dir(b) for b in (*BACKENDS, BYTELM, *TRIES)))
+#: The nine distributions' project folders: genlm-core, then the plugins.
+PROJECTS = (ROOT, *(plugin_dir(b) for b in (*BACKENDS, BYTELM, *TRIES, BACKEND_KIT)))
 DIST = ROOT / "dist"
 RELEASE_TOOLS = ("build>=1.2", "twine>=6.1")
 
 
 @nox.session(default=False)
 def build(session: nox.Session) -> None:
-    """Wheels and sdists of the eight distributions in dist/, checked and installed as a user would.
+    """Wheels and sdists of the nine distributions in dist/, checked and installed as a user would.
 
     ``python -m build`` makes each sdist and then the wheel from that sdist, so the
     wheels checked and installed here are what the sdists build. ``twine check
@@ -424,7 +432,7 @@ def build(session: nox.Session) -> None:
 #: What ``nox -s freeze`` leaves uncapped: pinned already (torch), the venv's own tools,
 #: and this repository's distributions (installed from their folders).
 UNCAPPED = {"torch", "pip", "setuptools", "wheel", "genlm-core", "genlm-dummy"} | {
-    f"genlm-{b}".replace("_", "-") for b in (*BACKENDS, BYTELM, *TRIES)
+    f"genlm-{b}".replace("_", "-") for b in (*BACKENDS, BYTELM, *TRIES, BACKEND_KIT)
 }
 
 
@@ -507,9 +515,9 @@ def lowest(session: nox.Session, dist: str) -> None:
     override = Path(session.create_tmp()) / "torch.txt"
     # The exact local version (2.13.0+cpu): no index has it, so uv keeps the installed one.
     override.write_text(f"torch=={(torch or '').strip()}\n")
-    # The trie plugins: the core session's tests build them; every plugin depends on
-    # genlm-trie-numba. The distribution whose floors are checked comes last.
-    projects = [*(str(plugin_dir(t)) for t in TRIES), ".[assets]"]
+    # The trie plugins and the backend kit: the core session's tests build them; the
+    # backends depend on them. The distribution whose floors are checked comes last.
+    projects = [*(str(plugin_dir(t)) for t in (*TRIES, BACKEND_KIT)), ".[assets]"]
     if LOWEST[dist] is not None:
         # a backend's tests run the byte-level LM on it (tests/*/test_exact_bytes.py)
         projects += [str(plugin_dir(BYTELM)), plugin_spec(dist, engine=LOWEST[dist])]
@@ -520,7 +528,7 @@ def lowest(session: nox.Session, dist: str) -> None:
         "--override", str(override), "--group", "test",
         *(arg for project in projects for arg in ("-e", project)), *references,
     )  # fmt: skip
-    declare_installed(session, "tiktoken", *TRIE_MODULES)
+    declare_installed(session, "tiktoken", "genlm_backend_kit", *TRIE_MODULES)
     if references:
         session.run("uv", "pip", "install", "--python", python, "--no-deps", *CLIENTS)
         declare_installed(session, *REFERENCE_MODULES)

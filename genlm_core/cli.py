@@ -91,7 +91,7 @@ def _versions() -> dict[str, str | None]:
     }
     from genlm_core.plugins.official_tries import OFFICIAL_TRIES
 
-    core = ("genlm-core", "torch", "transformers", "numpy", "pluggy")
+    core = ("genlm-core", "genlm-backend-kit", "torch", "transformers", "numpy", "pluggy")
     tries = (*(t.distribution for t in OFFICIAL_TRIES), "numba")
     libraries = (lib for b in OFFICIAL_BACKENDS for lib in b.libraries)
     for dist in (*core, *tries, *libraries):

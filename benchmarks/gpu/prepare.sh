@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 rm -rf .gpu/whl .gpu/assets.tar.xz
 mkdir -p .gpu/whl
-"$PY" -m pip wheel -q --no-deps -w .gpu/whl . plugins/genlm_trie_numba plugins/genlm_trie_torch plugins/genlm_hf
+"$PY" -m pip wheel -q --no-deps -w .gpu/whl . plugins/genlm_trie_numba plugins/genlm_trie_torch plugins/genlm_backend_kit plugins/genlm_hf
 PLAT="--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64"
 "$PY" -m pip download -q --no-deps $PLAT -d .gpu/whl genlm-backend==0.3.1 pytest-asyncio==1.5.0
 "$PY" -m pip download -q --no-deps $PLAT -d .gpu/bnb bitsandbytes==0.50.2

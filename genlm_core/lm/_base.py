@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from genlm_core._validation import is_int_at_least
+from genlm_core.checks import is_int_at_least
 from genlm_core.errors import (
     InvalidArgumentError,
     InvalidTokenIdsError,

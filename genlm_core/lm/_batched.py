@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from genlm_core._validation import is_int_at_least, is_seconds
+from genlm_core.checks import is_int_at_least, is_seconds
 from genlm_core.lm import _rows
 from genlm_core.lm._backend import Backend, checked_backend
 from genlm_core.lm._base import AsyncLMBase

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from genlm_core._validation import is_integer
+from genlm_core.checks import is_integer
 from genlm_core.errors import InvalidTokenIdsError
 
 #: Prompts of at least this many tokens keep their hash (see :class:`LongTokenIds`).

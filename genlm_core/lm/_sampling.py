@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
-from genlm_core._validation import is_int_at_least, is_integer
+from genlm_core.checks import is_int_at_least, is_integer
 
 
 def sampling_args(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import platform
+import re
 import shlex
 import tomllib
 from dataclasses import dataclass
@@ -75,9 +76,6 @@ def _table() -> tuple[OfficialBackend, ...]:
 
 
 OFFICIAL_BACKENDS = _table()
-#: The distribution of the numba tries, which every official plugin depends on (the
-#: official trie plugins: :mod:`genlm_core.plugins.official_tries`).
-TRIES_DISTRIBUTION = "genlm-trie-numba"
 _BY_NAME = {b.name: b for b in OFFICIAL_BACKENDS}
 
 
@@ -181,15 +179,28 @@ def install_command(name: str, host: Host | None = None) -> str:
 def checkout_install(plugins: Path, package: str, suffix: str = "") -> str:
     """``pip install -e`` of ``plugins/package`` (with extras ``suffix``), from a checkout.
 
-    The numba tries' folder goes first when they are not installed: every official
-    plugin depends on them, and the index a checkout's pip asks does not have them.
+    The plugin's dependencies that are folders of ``plugins/`` and not installed (the
+    numba tries, the backend kit) go in the same command: the index a checkout's pip
+    asks does not have them.
     """
-    folders = [f"{plugins / package}{suffix}"]
-    tries = TRIES_DISTRIBUTION.replace("-", "_")
-    if package != tries and not _installed(TRIES_DISTRIBUTION):
-        if (plugins / tries / "pyproject.toml").is_file():
-            folders.insert(0, str(plugins / tries))
+    local = _local_dependencies(plugins, package)
+    folders = [str(plugins / d) for d in local if not _installed(d.replace("_", "-"))]
+    folders.append(f"{plugins / package}{suffix}")
     return "pip install " + " ".join(f"-e {shlex.quote(f)}" for f in folders)
+
+
+def _local_dependencies(plugins: Path, package: str) -> list[str]:
+    """The folders of ``plugins/`` that ``package`` requires, directly or not."""
+    found: list[str] = []
+    todo = [package]
+    while todo:
+        project = tomllib.loads((plugins / todo.pop() / "pyproject.toml").read_text("utf-8"))
+        for requirement in project["project"].get("dependencies", []):
+            name = re.match(r"[A-Za-z0-9._-]+", requirement)[0].lower().replace("-", "_")
+            if name not in found and (plugins / name / "pyproject.toml").is_file():
+                found.append(name)
+                todo.append(name)
+    return found
 
 
 def missing_sentence(distribution: str, state: str, detail: str, note: str = "") -> str:

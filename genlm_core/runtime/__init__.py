@@ -10,7 +10,14 @@ from genlm_core.runtime._batcher import AutoBatcher
 from genlm_core.runtime._cache import OutputCache, nbytes_of
 from genlm_core.runtime._dispatch import DispatchPolicy
 from genlm_core.runtime._gate import ComputeGate
-from genlm_core.runtime._heap import HeapTrimmer, process_trimmer, trim_heap, trimming_wanted
+from genlm_core.runtime._heap import (
+    HeapTrimmer,
+    freeze_heap,
+    process_trimmer,
+    thaw_heap,
+    trim_heap,
+    trimming_wanted,
+)
 from genlm_core.runtime._outcomes import BatcherStats, RequestFailure
 from genlm_core.runtime._per_loop import LoopBatchers
 from genlm_core.runtime._row_pool import RowPool, RowPoolStats
@@ -28,8 +35,10 @@ __all__ = [
     "RowPool",
     "RowPoolStats",
     "WorkerThread",
+    "freeze_heap",
     "nbytes_of",
     "process_trimmer",
+    "thaw_heap",
     "trim_heap",
     "trimming_wanted",
 ]

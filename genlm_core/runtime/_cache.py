@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from genlm_core._validation import is_int_at_least
+from genlm_core.checks import is_int_at_least
 
 _MISSING = object()
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
-from genlm_core._validation import is_int_at_least, is_seconds
+from genlm_core.checks import is_int_at_least, is_seconds
 from genlm_core.runtime._outcomes import BatcherStats
 
 K = TypeVar("K", bound=Hashable)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from genlm_core._validation import is_int_at_least
+from genlm_core.checks import is_int_at_least
 
 
 @dataclasses.dataclass(frozen=True)

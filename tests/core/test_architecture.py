@@ -55,19 +55,20 @@ def ours(cls: type) -> list[str]:
 
 
 def _core_bases(path: Path, name: str) -> list[type]:
-    """The bases of class ``name`` in ``path``, resolved through the file's genlm_core imports."""
+    """The bases of class ``name`` in ``path``, resolved through the file's imports of ours."""
     tree = ast.parse(path.read_text())
     imported = {
         alias.asname or alias.name: node.module
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("genlm_core")
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").startswith(("genlm_core", "genlm_backend_kit"))
         for alias in node.names
     }
     (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
     bases = []
     for base in node.bases:
         assert isinstance(base, ast.Name) and base.id in imported, (
-            f"{path.name}: {name}'s base {ast.unparse(base)} is not a genlm_core class; "
+            f"{path.name}: {name}'s base {ast.unparse(base)} is not a class of ours; "
             f"hold it as an object instead of inheriting it"
         )
         bases.append(getattr(importlib.import_module(imported[base.id]), base.id))
@@ -150,6 +151,35 @@ def test_the_byte_level_lm_is_outside_the_core() -> None:
         if "genlm_bytelm" in p.read_text() and p.parts[-2:] != ("bytes", "__init__.py")
     ]
     assert not importers, f"the core must not depend on the byte-level LM: {importers}"
+
+
+#: The one core module that may name the backend kit: its old import path's alias.
+KIT_ALIAS = "genlm_core/backend_kit.py"
+
+
+def test_the_backend_kit_is_outside_the_core() -> None:
+    """What the official backends share is theirs (plugins/genlm_backend_kit), not the core's."""
+    assert not (ROOT / "genlm_core/backend_kit").exists()
+    lines = len((ROOT / KIT_ALIAS).read_text().splitlines())
+    assert lines <= MAX_ALIAS_LINES, f"the genlm_core.backend_kit alias grew to {lines} lines"
+    naming = [
+        p.relative_to(ROOT).as_posix()
+        for p in ROOT.glob("genlm_core/**/*.py")
+        if "genlm_backend_kit" in p.read_text() and p.relative_to(ROOT).as_posix() != KIT_ALIAS
+    ]
+    assert not naming, f"the core must not depend on the backend kit: {naming}"
+
+
+def test_plugins_import_only_the_cores_public_modules() -> None:
+    """A plugin reads the core through its public names, never an underscored module."""
+    private = sorted(
+        f"{p.relative_to(ROOT).as_posix()}: {module}"
+        for p in ROOT.glob("plugins/*/src/**/*.py")
+        for module in _imports(p)
+        if module.startswith("genlm_core.")
+        and any(part.startswith("_") for part in module.split(".")[1:])
+    )
+    assert not private, f"make what these need public, or keep it in the plugin: {private}"
 
 
 #: The trie plugins' sources, and the one core module that may name them: the shim that

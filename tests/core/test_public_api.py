@@ -113,14 +113,15 @@ PACKAGE_SURFACES = {
     "genlm_core.runtime": [
         "AutoBatcher", "BatcherStats", "ComputeGate", "DispatchPolicy", "HeapTrimmer",
         "LoopBatchers", "OutputCache", "RequestFailure", "RowPool", "RowPoolStats",
-        "WorkerThread", "nbytes_of", "process_trimmer", "trim_heap", "trimming_wanted",
+        "WorkerThread", "freeze_heap", "nbytes_of", "process_trimmer", "thaw_heap", "trim_heap",
+        "trimming_wanted",
     ],
     "genlm_core.loading": [
         "DTYPES", "Option", "accepted_options", "cached_snapshot", "check_dtype",
         "describe_options", "embedded_model", "list_backends", "load_model_by_name",
         "merge_engine_options", "resolve_backend", "resolve_model_name",
     ],
-    "genlm_core.backend_kit": [
+    "genlm_backend_kit": [
         "DEFAULT_KV_CACHE_BYTES", "DEFAULT_MAX_BATCH_KV_BYTES", "EngineLM", "MIN_SHARED",
         "PlannedInput", "PrefixCacheStats", "PrefixCachedLM", "PrefixNode", "PrefixTree",
         "is_int_at_least", "is_integer", "max_positions_of", "plan_groups",
@@ -139,13 +140,38 @@ def test_each_package_surface_is_pinned_and_resolves(package):
 
 
 def test_concept_packages_keep_their_modules_internal():
-    """lm/, runtime/, loading/, backend_kit/: every module but __init__ is underscored."""
+    """lm/, runtime/, loading/ and genlm_backend_kit: every module but __init__ is underscored."""
     from pathlib import Path
 
+    import genlm_backend_kit
+
     root = Path(genlm_core.__file__).parent
-    for package in ("lm", "runtime", "loading", "backend_kit"):
-        public = [p.name for p in (root / package).glob("*.py") if not p.name.startswith("_")]
-        assert public == [], f"genlm_core.{package} has public modules {public}"
+    folders = [root / p for p in ("lm", "runtime", "loading")]
+    for folder in [*folders, Path(genlm_backend_kit.__file__).parent]:
+        modules = [p.name for p in folder.glob("*.py")]
+        assert "__init__.py" in modules, folder
+        public = [name for name in modules if not name.startswith("_")]
+        assert public == [], f"{folder} has public modules {public}"
+
+
+def test_the_backend_kits_old_import_path_is_the_kit_itself():
+    import genlm_backend_kit
+    import genlm_core.backend_kit
+    from genlm_core.backend_kit import PrefixCachedLM
+
+    assert genlm_core.backend_kit is genlm_backend_kit
+    assert PrefixCachedLM is genlm_backend_kit.PrefixCachedLM
+
+
+def test_without_the_backend_kit_its_old_path_says_what_to_install():
+    code = (
+        "import sys; sys.modules['genlm_backend_kit'] = None\n"
+        "try:\n    import genlm_core.backend_kit\n"
+        "except ModuleNotFoundError as e:\n    print(e)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "pip install genlm-backend-kit" in done.stdout, done.stdout
 
 
 def test_genlm_backend_import_paths_keep_working():

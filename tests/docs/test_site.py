@@ -25,6 +25,7 @@ PACKAGES = {
     "genlm_bytelm": "plugins/genlm_bytelm/src/genlm_bytelm/__init__.py",
     "genlm_trie_numba": "plugins/genlm_trie_numba/src/genlm_trie_numba/__init__.py",
     "genlm_trie_torch": "plugins/genlm_trie_torch/src/genlm_trie_torch/__init__.py",
+    "genlm_backend_kit": "plugins/genlm_backend_kit/src/genlm_backend_kit/__init__.py",
     "genlm_assets": "genlm_assets/__init__.py",
     "genlm_hf": "plugins/genlm_hf/src/genlm_hf/__init__.py",
     "genlm_vllm": "plugins/genlm_vllm/src/genlm_vllm/__init__.py",

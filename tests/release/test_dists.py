@@ -33,6 +33,7 @@ ENTRY_POINTS = {
     # The trie plugins: their ``genlm.tries`` entry points register the tries.
     "genlm-trie-numba": "[genlm.tries]\nnumba = genlm_trie_numba._plugin\n",
     "genlm-trie-torch": "[genlm.tries]\ntorch-cuda = genlm_trie_torch._plugin\n",
+    "genlm-backend-kit": None,  # a library the backends import: no entry point
 }
 
 each = pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)

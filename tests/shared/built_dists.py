@@ -1,4 +1,4 @@
-"""The eight distributions here and what ``nox -s build`` made of them (tests/release).
+"""The nine distributions here and what ``nox -s build`` made of them (tests/release).
 
 ``nox -s build`` builds each project with ``python -m build`` into ``dist/`` (or the
 folder in ``GENLM_DIST``): an sdist, then a wheel built from that sdist.
@@ -95,8 +95,9 @@ def one(paths) -> Path:
     return found[0]
 
 
-#: The plugin distributions that are no backend: the byte-level LM and the trie plugins.
-OTHER_PLUGINS = ("bytelm", "trie_numba", "trie_torch")
+#: The plugin distributions that are no backend: the byte-level LM, the trie plugins, the
+#: backend kit.
+OTHER_PLUGINS = ("bytelm", "trie_numba", "trie_torch", "backend_kit")
 PROJECTS = (
     Project(ROOT),
     *(Project(ROOT / "plugins" / f"genlm_{b}") for b in (*BACKENDS, *OTHER_PLUGINS)),

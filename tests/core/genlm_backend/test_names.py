@@ -20,7 +20,7 @@ PACKAGES = [
     "genlm.backend.cache",
 ]
 #: Names genlm-backend defines in genlm.backend.cache but exports nowhere: the prefix
-#: tree of its own hf backend (genlm-hf has its own, genlm_core.backend_kit).
+#: tree of its own hf backend (genlm-hf has its own, genlm_backend_kit).
 NOT_PORTED = {("genlm.backend.cache", "TokenTrie")}
 
 

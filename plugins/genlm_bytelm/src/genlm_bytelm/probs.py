@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from genlm_bytelm.errors import InvalidByteError, InvalidByteProbsError, NaNLogProbError
-from genlm_core._validation import is_integer
+from genlm_core.checks import is_integer
 
 __all__ = ["EOS", "EOT", "LazyByteProbs", "check_byte", "logsumexp", "next_byte_logps"]
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from genlm_core.runtime._heap import freeze_heap, thaw_heap
+from genlm_core.runtime import freeze_heap, thaw_heap
 from genlm_core.tokenization.token import gc_paused
 from genlm_core.trie import AsyncTokenByteTrie
 from genlm_trie_numba.byte_trie import TokenByteTrie

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from genlm_core.backend_kit import DEFAULT_KV_CACHE_BYTES, DEFAULT_MAX_BATCH_KV_BYTES
+from genlm_backend_kit import DEFAULT_KV_CACHE_BYTES, DEFAULT_MAX_BATCH_KV_BYTES
 
 __all__ = ["CPU_COPY_BYTES", "GPU_BATCH_SIZE", "default_budgets", "index_on", "to_device"]
 

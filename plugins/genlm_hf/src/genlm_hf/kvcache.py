@@ -1,7 +1,7 @@
 """PrefixKVCache: key/value tensors of token prefixes, in a radix tree over a slot pool.
 
 The tree (segments per forward, per-adapter roots, LRU over leaves) is
-:class:`genlm_core.backend_kit.PrefixTree`; a node's payload here is a few runs of
+:class:`genlm_backend_kit.PrefixTree`; a node's payload here is a few runs of
 slots, so assembling a request's past is one copy per stored run, not one per token
 and layer.
 
@@ -25,7 +25,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from genlm_core.backend_kit import PrefixCacheStats, PrefixTree, is_int_at_least
+from genlm_backend_kit import PrefixCacheStats, PrefixTree, is_int_at_least
 from genlm_hf._device import CPU_COPY_BYTES, index_on
 
 __all__ = ["BATCHED_COPY_BYTES", "KVCacheStats", "PrefixKVCache", "SlotRun"]

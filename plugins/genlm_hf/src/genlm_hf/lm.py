@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from genlm_core.backend_kit import (
+from genlm_backend_kit import (
     DEFAULT_KV_CACHE_BYTES,
     PrefixCachedLM,
     is_int_at_least,

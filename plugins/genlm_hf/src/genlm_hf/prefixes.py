@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from genlm_core.backend_kit import plan_groups
+from genlm_backend_kit import plan_groups
 from genlm_core.lm import PrefixRequest, Request
 from genlm_core.runtime import OutputCache
 from genlm_hf._forward import ForwardInput

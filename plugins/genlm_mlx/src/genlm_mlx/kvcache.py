@@ -14,7 +14,7 @@ donation), while a small array per segment is allocated once and freed when evic
 Splitting a node copies its two halves, so every byte counted is a byte held.
 
 The tree itself (per-adapter roots, splits, LRU over leaves) is
-:class:`genlm_core.backend_kit.PrefixTree`, shared with genlm-hf; a node's payload
+:class:`genlm_backend_kit.PrefixTree`, shared with genlm-hf; a node's payload
 here is its array.
 
 One tree per LoRA adapter (``None`` = the base model), one budget and LRU order
@@ -27,7 +27,7 @@ from collections.abc import Hashable, Sequence
 
 import mlx.core as mx
 
-from genlm_core.backend_kit import PrefixCacheStats, PrefixTree, is_int_at_least
+from genlm_backend_kit import PrefixCacheStats, PrefixTree, is_int_at_least
 
 __all__ = ["KVCacheStats", "PrefixKVCache"]
 

@@ -30,7 +30,7 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from genlm_core.backend_kit import (  # noqa: E402
+from genlm_backend_kit import (  # noqa: E402
     PrefixCachedLM,
     max_positions_of,
 )
@@ -60,7 +60,7 @@ class AsyncMlxLM(PrefixCachedLM):
         **kwargs: ``batch_size`` (most distinct requests per forward, default 64),
             ``max_wait``, ``kv_cache_bytes`` (the budget of cached key/value arrays; 0 turns
             prefix reuse off) and ``max_batch_kv_bytes`` (see
-            :class:`~genlm_core.backend_kit.PrefixCachedLM`), and the cache and batching
+            :class:`~genlm_backend_kit.PrefixCachedLM`), and the cache and batching
             options of :class:`~genlm_core.lm.BatchedAsyncLM`.
     """
 

@@ -28,7 +28,7 @@ from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from genlm_core.backend_kit import require_pieces, require_version
+from genlm_backend_kit import require_pieces, require_version
 from genlm_sgl.errors import EngineOutputError, UnsupportedSGLangError
 
 __all__ = [

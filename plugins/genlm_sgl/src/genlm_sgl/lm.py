@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from genlm_core.backend_kit import EngineLM
+from genlm_backend_kit import EngineLM
 from genlm_core.lm import (
     LoraAdapter,
     Request,
@@ -103,7 +103,7 @@ class AsyncSGLTransformer(EngineLM):
         batch_size: Most distinct requests handed to the scheduler at once (default 256;
             SGLang still runs at most ``max_running_requests`` per step).
         max_wait: Seconds a batch may wait for more callers (default 0).
-        **kwargs: ``owns_engine`` (see :class:`~genlm_core.backend_kit.EngineLM`) and the
+        **kwargs: ``owns_engine`` (see :class:`~genlm_backend_kit.EngineLM`) and the
             cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`.
     """
 

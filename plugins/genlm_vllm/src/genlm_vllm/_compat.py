@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from genlm_core.backend_kit import require_pieces, require_version
+from genlm_backend_kit import require_pieces, require_version
 from genlm_vllm.errors import EngineOutputError, UnsupportedVLLMError
 
 __all__ = [

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from genlm_core.backend_kit import EngineLM
+from genlm_backend_kit import EngineLM
 from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
 from genlm_core.lm import (
     LoraAdapter,
@@ -71,7 +71,7 @@ class AsyncVirtualLM(EngineLM):
             :mod:`genlm_vllm._streaming`). False: every call is a new engine request
             and only vLLM's prefix cache (whole KV blocks) is reused.
         max_wait: Seconds a batch may wait for more callers (default 0).
-        **kwargs: ``owns_engine`` (see :class:`~genlm_core.backend_kit.EngineLM`) and the
+        **kwargs: ``owns_engine`` (see :class:`~genlm_backend_kit.EngineLM`) and the
             cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`.
 
     Raises:

@@ -17,7 +17,7 @@ from genlm_bytelm.display import escape
 from genlm_bytelm.errors import InvalidByteError, MissingStartTokenError
 from genlm_bytelm.probs import EOS, logsumexp
 from genlm_bytelm.shared_tries import is_shared
-from genlm_core._validation import is_integer
+from genlm_core.checks import is_integer
 from genlm_core.errors import InvalidTokenIdsError
 
 __all__ = [

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from genlm_bytelm.errors import InvalidBeamParamsError
-from genlm_core._validation import is_integer
+from genlm_core.checks import is_integer
 
 __all__ = ["BeamParams"]
 

@@ -10,9 +10,8 @@ import gc
 from abc import abstractmethod
 from typing import Any
 
-from genlm_core.compat import hook_names
+from genlm_backend_kit._hook_names import ENGINE, adopt_old_hook_names
 from genlm_core.compat import model_methods as _compat
-from genlm_core.compat.hook_names import adopt_old_hook_names
 from genlm_core.errors import InvalidArgumentError
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter
 from genlm_core.loading import merge_engine_options, resolve_model_name
@@ -44,7 +43,7 @@ class EngineLM(BatchedAsyncLM):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        adopt_old_hook_names(cls, hook_names.ENGINE)
+        adopt_old_hook_names(cls, ENGINE)
 
     def __init__(self, tokenizer: Any, *, owns_engine: bool = True, **kwargs: Any) -> None:
         super().__init__(tokenizer, **kwargs)

@@ -14,11 +14,10 @@ from typing import Any
 
 import torch
 
-from genlm_core._validation import is_int_at_least
-from genlm_core.backend_kit._planning import plan_groups, shared_prefixes
-from genlm_core.compat import hook_names
+from genlm_backend_kit._hook_names import PREFIX_CACHED, adopt_old_hook_names
+from genlm_backend_kit._planning import plan_groups, shared_prefixes
+from genlm_core.checks import is_int_at_least
 from genlm_core.compat import model_methods as _compat
-from genlm_core.compat.hook_names import adopt_old_hook_names
 from genlm_core.errors import ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 
@@ -55,7 +54,7 @@ class PrefixCachedLM(BatchedAsyncLM):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        adopt_old_hook_names(cls, hook_names.PREFIX_CACHED)
+        adopt_old_hook_names(cls, PREFIX_CACHED)
 
     def __init__(
         self,

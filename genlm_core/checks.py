@@ -1,4 +1,4 @@
-"""Argument checks shared by the core and the backends (their messages stay theirs)."""
+"""Argument checks shared by the core and its plugins (each keeps its own messages)."""
 
 from __future__ import annotations
 
