@@ -8,9 +8,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from genlm_core._lazy import lazy_exports
 from genlm_core.compat.genlm_backend import llm_name
 from genlm_core.compat.genlm_backend import placeholder as placeholder  # tests build one
+from genlm_core.lazy import lazy_exports
 
 __all__ = [
     "AsyncLM",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from genlm_core._lazy import lazy_exports
+from genlm_core.lazy import lazy_exports
 
 __all__ = ["AsyncLMConformance", "ByteTokenizer", "LoraConformance", "MockAsyncLM"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
-from genlm_core._lazy import lazy_exports
+from genlm_core.lazy import lazy_exports
 
 __all__ = [
     "AsyncCharacterTrie",

@@ -9,18 +9,11 @@ module never imports torch or transformers.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from genlm_core.lazy import lazy_exports
 
 __version__ = "0.1.0"
-
-_EXPORTS = {
-    "AsyncTransformer": "genlm_hf.lm",
-    "PrefixKVCache": "genlm_hf.kvcache",
-    "KVCacheStats": "genlm_hf.kvcache",
-    "ModelLoadError": "genlm_hf.errors",
-    "MissingDependencyError": "genlm_hf.errors",
-}
 
 __all__ = [
     "AsyncTransformer",
@@ -31,15 +24,9 @@ __all__ = [
     "__version__",
 ]
 
-
 if TYPE_CHECKING:  # what static tools (type checkers, the docs' API pages) see
     from genlm_hf.errors import MissingDependencyError, ModelLoadError
     from genlm_hf.kvcache import KVCacheStats, PrefixKVCache
     from genlm_hf.lm import AsyncTransformer
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'genlm_hf' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(globals())

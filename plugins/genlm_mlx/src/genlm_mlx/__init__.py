@@ -7,6 +7,15 @@ Installing this distribution registers the ``mlx`` backend through the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from genlm_core.lazy import lazy_exports
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["AsyncMlxLM", "__version__"]
+
+if TYPE_CHECKING:  # the exports, loaded on first use: importing the package imports no mlx
+    from genlm_mlx.lm import AsyncMlxLM
+
+__getattr__, __dir__ = lazy_exports(globals())

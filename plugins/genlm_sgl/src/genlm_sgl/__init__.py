@@ -10,23 +10,16 @@ never imports sglang.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from genlm_core.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 __all__ = ["AsyncSGLServerLM", "AsyncSGLTransformer", "__version__"]
 
-_LAZY = {"AsyncSGLTransformer": "genlm_sgl.lm", "AsyncSGLServerLM": "genlm_sgl.server"}
-
-
-if TYPE_CHECKING:  # what static tools (type checkers, the docs' API pages) see
+if TYPE_CHECKING:  # the exports, loaded on first use: importing the package imports no sglang
     from genlm_sgl.lm import AsyncSGLTransformer
     from genlm_sgl.server import AsyncSGLServerLM
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'genlm_sgl' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(globals())

@@ -17,22 +17,11 @@ Names load lazily, so the entry-point module imports neither numba nor torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from genlm_core.lazy import lazy_exports
 
 __version__ = "0.1.0"
-
-#: Public name -> the module it is imported from on first use.
-_EXPORTS = {
-    "BatchOutputs": "genlm_trie_numba._outputs",
-    "MassPlan": "genlm_trie_numba._build",
-    "ParallelTokenCharacterTrie": "genlm_trie_numba.cpu",
-    "TokenByteTrie": "genlm_trie_numba.byte_trie",
-    "TokenCharacterTrie": "genlm_trie_numba.cpu",
-    "TrieMode": "genlm_trie_numba.byte_trie",
-    "build_trie_arrays": "genlm_trie_numba._build",
-    "plan_masses": "genlm_trie_numba._build",
-}
 
 __all__ = [
     "BatchOutputs",
@@ -52,14 +41,4 @@ if TYPE_CHECKING:  # what static tools (type checkers, the docs' API pages) see
     from genlm_trie_numba.cpu import ParallelTokenCharacterTrie, TokenCharacterTrie
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'genlm_trie_numba' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return list(__all__)
+__getattr__, __dir__ = lazy_exports(globals())

@@ -12,17 +12,11 @@ Names load lazily, so the entry-point module imports neither torch nor numba.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from genlm_core.lazy import lazy_exports
 
 __version__ = "0.1.0"
-
-#: Public name -> the module it is imported from on first use.
-_EXPORTS = {
-    "CHUNK_BYTES": "genlm_trie_torch.torch_trie",
-    "TorchTokenCharacterTrie": "genlm_trie_torch.torch_trie",
-    "cuda_trie": "genlm_trie_torch.torch_trie",
-}
 
 __all__ = ["CHUNK_BYTES", "TorchTokenCharacterTrie", "cuda_trie"]
 
@@ -30,14 +24,4 @@ if TYPE_CHECKING:  # what static tools (type checkers, the docs' API pages) see
     from genlm_trie_torch.torch_trie import CHUNK_BYTES, TorchTokenCharacterTrie, cuda_trie
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'genlm_trie_torch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return list(__all__)
+__getattr__, __dir__ = lazy_exports(globals())

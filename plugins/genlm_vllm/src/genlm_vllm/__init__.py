@@ -7,21 +7,15 @@ Installing this distribution registers the ``vllm`` backend through the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from genlm_core.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 __all__ = ["AsyncVirtualLM", "__version__"]
 
-
-if TYPE_CHECKING:  # what static tools (type checkers, the docs' API pages) see
+if TYPE_CHECKING:  # the exports, loaded on first use: importing the package imports no vllm
     from genlm_vllm.lm import AsyncVirtualLM
 
-
-def __getattr__(name: str) -> Any:
-    # Lazy: importing the package (as plugin discovery does) must not import vllm.
-    if name == "AsyncVirtualLM":
-        from genlm_vllm.lm import AsyncVirtualLM
-
-        return AsyncVirtualLM
-    raise AttributeError(f"module 'genlm_vllm' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(globals())

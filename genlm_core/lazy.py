@@ -1,4 +1,8 @@
-"""Lazy package exports (PEP 562), so importing a package does not import its heavy parts."""
+"""Lazy package exports (PEP 562): importing a package does not import its heavy parts.
+
+For the core's packages and the plugins': the one table of exports is the imports under
+``if TYPE_CHECKING:``, which type checkers and the API pages read too.
+"""
 
 from __future__ import annotations
 
