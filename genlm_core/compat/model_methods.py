@@ -1,14 +1,28 @@
 """genlm-backend 0.3.1 methods that clients still call, kept on every official backend.
 
-Plain functions the official bases and ``MockAsyncLM`` hold as methods, so code written
+Plain functions the model bases and ``MockAsyncLM`` hold as methods, so code written
 against genlm-backend keeps working (llamppl calls ``reset_async_queries``).
 """
 
 from __future__ import annotations
 
-from typing import NoReturn
+import asyncio
+from typing import Any, NoReturn
 
-__all__ = ["clear_lora", "reset_async_queries", "set_lora"]
+__all__ = ["cleanup", "cleanup_async", "clear_lora", "reset_async_queries", "set_lora"]
+
+
+def cleanup(lm: Any) -> None:
+    """genlm-backend's name for ``close()``: release the model (idempotent).
+
+    A subclass that overrides it still runs on ``close()``, its ``super().cleanup()`` last.
+    """
+    lm._close()
+
+
+async def cleanup_async(lm: Any) -> None:
+    """``close()`` off the event loop, without first answering the calls made (``aclose`` does)."""
+    await asyncio.to_thread(lm.close)
 
 
 def reset_async_queries(lm: object) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from genlm_core.lm._adapters import LoraAdapter
 from genlm_core.lm._backend import Backend
-from genlm_core.lm._base import AsyncLMBase
+from genlm_core.lm._base import AsyncLMBase, ModelState
 from genlm_core.lm._batched import DEFAULT_CACHE_BYTES, BatchedAsyncLM
 from genlm_core.lm._protocol import AsyncLM
 from genlm_core.lm._requests import PrefixRequest, Request
@@ -23,6 +23,7 @@ __all__ = [
     "Backend",
     "BatchedAsyncLM",
     "LoraAdapter",
+    "ModelState",
     "PrefixRequest",
     "Request",
     "sampling_args",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -13,6 +14,7 @@ from typing import Any
 import torch
 
 from genlm_core.checks import is_int_at_least
+from genlm_core.compat import model_methods as _compat
 from genlm_core.errors import (
     InvalidArgumentError,
     InvalidTokenIdsError,
@@ -22,9 +24,16 @@ from genlm_core.errors import (
 from genlm_core.lm._adapters import LoraAdapter, LoraAdapters
 from genlm_core.lm._requests import PrefixRequest, Request, checked_token_ids
 from genlm_core.lm._sampling import draw, sampling_args
-from genlm_core.runtime import ComputeGate
-from genlm_core.runtime._heap import thaw_heap
+from genlm_core.runtime import ComputeGate, thaw_heap
 from genlm_core.tokenization import Token, decode_vocab
+
+
+class ModelState(enum.Enum):
+    """A model's one lifecycle, in order: open, draining, closed (see :meth:`AsyncLMBase.close`)."""
+
+    OPEN = "open"  #: takes calls
+    DRAINING = "draining"  #: takes none; those made are answered or failed, resources go
+    CLOSED = "closed"  #: released: every call raises ModelClosedError
 
 
 class AsyncLMBase(ABC):
@@ -73,8 +82,8 @@ class AsyncLMBase(ABC):
             supported=hooks is not None,
             forget_outputs=self._forget_adapter_outputs,
         )
-        self._closed = False
-        self._cleanup_lock = threading.RLock()  # a second cleanup returns once it is done
+        self._state = ModelState.OPEN
+        self._close_lock = threading.RLock()  # a second close() returns once the first is done
 
     def _adapter_hooks(self) -> Any:
         """What loads this model's adapters: itself if it overrides load_adapter, else None."""
@@ -350,53 +359,62 @@ class AsyncLMBase(ABC):
         """Drop cached outputs. The base class caches nothing."""
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._state is not ModelState.OPEN:
             raise self._closed_error()
 
     def _closed_error(self) -> ModelClosedError:
-        """The error of every call made, queued or starting to compute after cleanup."""
+        """The error of every call made, queued or starting to compute after close()."""
         source = getattr(self.tokenizer, "name_or_path", None)
         name = type(self).__name__ + (
             f" ({source!r})" if isinstance(source, str) and source else ""
         )
         return ModelClosedError(
-            f"{name} was cleaned up (cleanup(), aclose() or the end of a `with` block) "
-            f"before this call was computed; load the model again to keep using it"
+            f"{name} was closed (close(), aclose() or the end of a `with` block) before "
+            f"this call was computed; load the model again to keep using it"
         )
 
     @property
+    def state(self) -> ModelState:
+        """Where the model is in its lifecycle: open, draining (closing) or closed."""
+        return self._state
+
+    @property
     def closed(self) -> bool:
-        """True after :meth:`close` (or :meth:`cleanup`, its genlm-backend name)."""
-        return self._closed
+        """True once :meth:`close` or :meth:`aclose` began: the model takes no new call."""
+        return self._state is not ModelState.OPEN
 
     def close(self) -> None:
         """Release the model's resources. Idempotent; later calls raise ModelClosedError.
 
-        Queued calls fail; a computation running finishes first (this waits for it), and
-        none starts once this returns. From a coroutine, ``await`` :meth:`aclose`.
+        The model drains, then closes: queued calls fail, a computation running finishes
+        first (this waits for it), and none starts once this returns. From a coroutine,
+        ``await`` :meth:`aclose`, which first answers the calls already made.
         """
-        self.cleanup()
+        if type(self).cleanup is not _compat.cleanup:
+            self.cleanup()  # a subclass written against genlm-backend's name: its super() ends
+        else:
+            self._close()
 
-    def cleanup(self) -> None:
-        """:meth:`close` under genlm-backend's name; what :meth:`close` runs."""
-        with self._cleanup_lock:
-            if self._closed:
+    def _close(self) -> None:
+        with self._close_lock:
+            if self._state is ModelState.CLOSED:
                 return
-            self._closed = True
+            self._state = ModelState.DRAINING
             self._gate.close(self._closed_error)  # waits for the computations running
             self._release()
+            self._state = ModelState.CLOSED
         thaw_heap()  # a model frozen by the byte states' builds can be collected again
 
-    async def cleanup_async(self) -> None:
-        """:meth:`cleanup` for coroutines: the same, waited for off the event loop."""
-        await asyncio.to_thread(self.cleanup)
-
     async def aclose(self) -> None:
-        """Wait for the calls in flight to get their answers, then :meth:`cleanup_async`.
+        """:meth:`close` for coroutines, waited for off the event loop. Idempotent.
 
-        What ``async with lm:`` does on exit. Idempotent.
+        What ``async with lm:`` does on exit.
         """
-        await self.cleanup_async()
+        await asyncio.to_thread(self.close)
+
+    # genlm-backend's names for close(), kept for its clients (genlm_core.compat).
+    cleanup = _compat.cleanup
+    cleanup_async = _compat.cleanup_async
 
     def _release(self) -> None:
         """Free backend resources once; overrides call ``super()._release()``.

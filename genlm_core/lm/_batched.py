@@ -5,6 +5,7 @@ docs/architecture.md ("A request's path") names every step of a call in order.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ import torch
 from genlm_core.checks import is_int_at_least, is_seconds
 from genlm_core.lm import _rows
 from genlm_core.lm._backend import Backend, checked_backend
-from genlm_core.lm._base import AsyncLMBase
+from genlm_core.lm._base import AsyncLMBase, ModelState
 from genlm_core.lm._options import accepted_options, unknown_option_error
 from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.lm._rows import RowComputation, raise_failures
@@ -374,16 +375,17 @@ class BatchedAsyncLM(AsyncLMBase):
             self.cache.remove_if(lambda key: key.lora_name == lora_name)
 
     async def aclose(self) -> None:
-        """Compute every call already made on this event loop, then :meth:`cleanup_async`.
+        """Drain (compute every call already made on this event loop), then :meth:`close`.
 
-        What ``async with lm:`` does on exit: queued calls are computed. Idempotent.
+        What ``async with lm:`` does on exit. New calls are refused from the start.
+        Idempotent.
         """
-        if self._closed:
-            return
         try:
-            await self._loop_batchers.aclose(drain=True)
+            if self.state is ModelState.OPEN:
+                self._state = ModelState.DRAINING
+                await self._loop_batchers.aclose(drain=True)
         finally:
-            await self.cleanup_async()
+            await asyncio.to_thread(self.close)
 
     def _release(self) -> None:
         self._loop_batchers.close()  # queued calls fail; the worker ends after its batches

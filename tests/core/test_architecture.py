@@ -31,8 +31,11 @@ MAX_LINES = 500
 # issue 40: 8,000. 8,910, then +45 for DispatchPolicy (the batcher 447 -> 246 lines),
 # +38 for RowComputation handed its collaborators (no back-reference to the model) and
 # +106 for the public Backend protocol a model holds (lm/_backend.py, BatchedAsyncLM) and
-# +52 for the old hook names (compat/hook_names.py), +4 for docs and one hook lookup.
-MAX_CORE_LINES = 9_155
+# +52 for the old hook names (compat/hook_names.py), +4 for docs and one hook lookup:
+# 9,155; then -842 for the backend kit's own distribution (plugins/genlm_backend_kit,
+# the old hook names with it), +35 for one lifecycle (lm.ModelState, close/aclose) and
+# +4 for genlm_core.lazy, public now: the plugins' lazy exports use it, not copies.
+MAX_CORE_LINES = 8_352
 MAX_BATCHER_LINES = 250  # issue 40: the dispatch policy lives in runtime/_dispatch.py
 #: genlm_core/bytes: the migration alias of genlm_bytelm, nothing more (issue 40).
 MAX_ALIAS_LINES = 60
@@ -180,6 +183,19 @@ def test_plugins_import_only_the_cores_public_modules() -> None:
         and any(part.startswith("_") for part in module.split(".")[1:])
     )
     assert not private, f"make what these need public, or keep it in the plugin: {private}"
+
+
+def test_plugins_export_lazily_through_the_one_core_helper() -> None:
+    """A plugin's lazy exports are its TYPE_CHECKING imports (genlm_core.lazy), not a table."""
+    own = [
+        p.relative_to(ROOT).as_posix()
+        for p in ROOT.glob("plugins/*/src/*/__init__.py")
+        if any(
+            isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+            for node in ast.parse(p.read_text()).body
+        )
+    ]
+    assert not own, f"use __getattr__, __dir__ = lazy_exports(globals()) in {own}"
 
 
 #: The trie plugins' sources, and the one core module that may name them: the shim that

@@ -133,7 +133,7 @@ async def test_use_after_cleanup(lm):
         lambda: lm.batch_next_token_logprobs([[1]]),
         lambda: lm.sample([1], 2, []),
     ):
-        with pytest.raises(ModelClosedError, match="cleanup"):
+        with pytest.raises(ModelClosedError, match="was closed"):
             await call()
 
 
@@ -150,7 +150,7 @@ async def test_close_is_cleanup_under_one_lifecycle(tokenizer):
     await lm.next_token_logprobs([1])
     lm.close()
     assert lm.closed and calls == ["cleanup"]
-    with pytest.raises(ModelClosedError, match="cleanup"):
+    with pytest.raises(ModelClosedError, match="was closed"):
         await lm.next_token_logprobs([2])
     lm.close()  # idempotent
     lm.cleanup()

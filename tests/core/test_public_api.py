@@ -108,7 +108,7 @@ def test_plugins_all():
 PACKAGE_SURFACES = {
     "genlm_core.lm": [
         "AsyncLM", "AsyncLMBase", "Backend", "BatchedAsyncLM", "DEFAULT_CACHE_BYTES",
-        "LoraAdapter", "PrefixRequest", "Request", "sampling_args",
+        "LoraAdapter", "ModelState", "PrefixRequest", "Request", "sampling_args",
     ],
     "genlm_core.runtime": [
         "AutoBatcher", "BatcherStats", "ComputeGate", "DispatchPolicy", "HeapTrimmer",

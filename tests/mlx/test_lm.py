@@ -262,7 +262,7 @@ async def test_cleanup_frees_and_refuses(mlx_models):
     await lm.next_token_logprobs([1, 2, 3])
     lm.cleanup()
     assert lm.model is None and lm.kv_cache_stats.entries == 0
-    with pytest.raises(RuntimeError, match="cleaned up"):
+    with pytest.raises(RuntimeError, match="was closed"):
         await asyncio.wait_for(lm.next_token_logprobs([1, 2, 3]), 5)
 
 

@@ -14,7 +14,11 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import torch
+
+from genlm_core.errors import ModelClosedError
+from genlm_core.lm import BatchedAsyncLM, ModelState
 
 __all__ = ["ConcurrencyCases"]
 
@@ -116,3 +120,22 @@ class ConcurrencyCases:
         assert all(call.done() and isinstance(call.result(), torch.Tensor) for call in calls)
         assert lm.closed
         await lm.aclose()  # idempotent
+
+    async def test_one_lifecycle_open_draining_closed(
+        self, lm: Any, prompts: list[list[int]]
+    ) -> None:
+        """While aclose() answers the calls made, a new call is refused, with the fix."""
+        if not isinstance(lm, BatchedAsyncLM):
+            pytest.skip("draining answers calls queued in the core's batcher only")
+        assert lm.state is ModelState.OPEN and not lm.closed
+        calls = [asyncio.ensure_future(lm.next_token_logprobs(ids)) for ids in prompts]
+        await asyncio.sleep(0)
+        closing = asyncio.ensure_future(lm.aclose())
+        await asyncio.sleep(0)
+        assert lm.state is ModelState.DRAINING and lm.closed
+        with pytest.raises(ModelClosedError, match="load the model again"):
+            await lm.next_token_logprobs(prompts[0])
+        await closing
+        assert lm.state is ModelState.CLOSED
+        assert all(isinstance(call.result(), torch.Tensor) for call in calls)
+        lm.cleanup()  # genlm-backend's name for close(): idempotent too

@@ -18,7 +18,6 @@ from genlm_backend_kit._hook_names import PREFIX_CACHED, adopt_old_hook_names
 from genlm_backend_kit._planning import plan_groups, shared_prefixes
 from genlm_core.checks import is_int_at_least
 from genlm_core.compat import model_methods as _compat
-from genlm_core.errors import ModelClosedError
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 
 #: Default budget of a prefix-cached backend's keys and values (bytes).
@@ -181,7 +180,7 @@ class PrefixCachedLM(BatchedAsyncLM):
         req = self.make_request(token_ids, lora_name)
         with self.exclusive_access(), self.forward_context():
             if self.model is None:
-                raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+                raise self._closed_error()
             self.activate_adapter(self.adapter_handle(req))
             return self.plain_logprobs(req.token_ids)
 

@@ -223,7 +223,7 @@ class AsyncSGLTransformer(EngineLM):
     def clear_kv_cache(self) -> None:
         """Flush SGLang's radix prefix cache only, keeping the cached outputs."""
         runner = self._runner
-        if runner is not None and not self._closed:
+        if runner is not None and not self.closed:
             with runner.lock:
                 runner.scheduler.flush()
 

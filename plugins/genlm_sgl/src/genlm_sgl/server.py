@@ -149,7 +149,7 @@ class AsyncSGLServerLM(BatchedAsyncLM):
         is ignored (its cache only makes later calls faster).
         """
         super().clear_cache()
-        if not self._closed:
+        if not self.closed:
             try:
                 self.client.http.post("/flush_cache", timeout=30.0)
             except Exception:  # noqa: BLE001 - flushing is an optimisation, never required

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from genlm_backend_kit import EngineLM
-from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError, ModelClosedError
+from genlm_core.errors import InvalidArgumentError, InvalidTokenIdsError
 from genlm_core.lm import (
     LoraAdapter,
     Request,
@@ -253,7 +253,7 @@ class AsyncVirtualLM(EngineLM):
         ]
         runner = self._runner
         if runner is None:
-            raise ModelClosedError(f"{type(self).__name__} was cleaned up")
+            raise self._closed_error()
         outs = await asyncio.to_thread(runner.generate, jobs)
         return [_strip_eos(tokens, eos) for tokens in outs]
 
