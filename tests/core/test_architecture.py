@@ -198,6 +198,27 @@ def test_plugins_export_lazily_through_the_one_core_helper() -> None:
     assert not own, f"use __getattr__, __dir__ = lazy_exports(globals()) in {own}"
 
 
+def test_each_plugin_imports_only_what_its_pyproject_requires() -> None:
+    """A plugin's genlm packages come from its declared requirements (a missing one breaks
+    a user's install that the checkout hides, where every plugin sits beside it)."""
+    import re
+    import tomllib
+
+    wrong = []
+    for project in sorted(ROOT.glob("plugins/*/pyproject.toml")):
+        meta = tomllib.loads(project.read_text())["project"]
+        declared = {
+            re.match(r"[A-Za-z0-9._-]+", r)[0].lower().replace("-", "_")
+            for r in meta.get("dependencies", [])
+        } | {meta["name"].replace("-", "_")}
+        for path in (project.parent / "src").glob("**/*.py"):
+            for module in _imports(path):
+                top = module.split(".")[0]
+                if top.startswith("genlm_") and top not in declared:
+                    wrong.append(f"{path.relative_to(ROOT).as_posix()}: {module}")
+    assert not wrong, f"import only declared distributions (or declare them): {wrong}"
+
+
 #: The trie plugins' sources, and the one core module that may name them: the shim that
 #: keeps genlm-backend's names (``from genlm_core.trie import TokenCharacterTrie``).
 TRIE_SHIM = "genlm_core/trie/__init__.py"

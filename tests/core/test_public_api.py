@@ -124,7 +124,7 @@ PACKAGE_SURFACES = {
     "genlm_backend_kit": [
         "DEFAULT_KV_CACHE_BYTES", "DEFAULT_MAX_BATCH_KV_BYTES", "EngineLM", "MIN_SHARED",
         "PlannedInput", "PrefixCacheStats", "PrefixCachedLM", "PrefixNode", "PrefixTree",
-        "is_int_at_least", "is_integer", "max_positions_of", "plan_groups",
+        "max_positions_of", "plan_groups",
         "require_pieces", "require_version", "shared_prefixes", "version_supported",
     ],
     "genlm_core.testing": ["AsyncLMConformance", "ByteTokenizer", "LoraConformance", "MockAsyncLM"],

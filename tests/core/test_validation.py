@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from genlm_backend_kit import is_int_at_least, is_integer
+from genlm_core.checks import is_int_at_least, is_integer
 
 
 @pytest.mark.parametrize("value", [0, -3, 7, np.int64(5), np.uint8(255)])

@@ -2,15 +2,13 @@
 
 :class:`PrefixCachedLM` (in-process models with a prefix key/value cache: genlm-hf,
 genlm-mlx), :class:`EngineLM` (engines with their own scheduler: genlm-vllm,
-genlm-sgl), :class:`PrefixTree`, forward planning, engine version checks, and the
-core's checks of counts and ids. A backend needs none of it: genlm-core's
-:class:`~genlm_core.lm.BatchedAsyncLM` and :class:`~genlm_core.lm.Backend` are the
-contract; this kit is shared implementation, so it ships apart from the core.
+genlm-sgl), :class:`PrefixTree`, forward planning and engine version checks. A
+backend needs none of it: genlm-core's :class:`~genlm_core.lm.BatchedAsyncLM` and
+:class:`~genlm_core.lm.Backend` are the contract; this kit is shared implementation,
+so it ships apart from the core.
 """
 
 from __future__ import annotations
-
-__version__ = "0.1.0"
 
 from genlm_backend_kit._engine_lm import EngineLM
 from genlm_backend_kit._planning import PlannedInput, plan_groups, shared_prefixes
@@ -23,7 +21,8 @@ from genlm_backend_kit._prefix_cached import (
 )
 from genlm_backend_kit._prefix_tree import PrefixCacheStats, PrefixNode, PrefixTree
 from genlm_backend_kit._versions import require_pieces, require_version, version_supported
-from genlm_core.checks import is_int_at_least, is_integer
+
+__version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_KV_CACHE_BYTES",
@@ -35,8 +34,6 @@ __all__ = [
     "PrefixCacheStats",
     "PrefixNode",
     "PrefixTree",
-    "is_int_at_least",
-    "is_integer",
     "max_positions_of",
     "plan_groups",
     "require_pieces",

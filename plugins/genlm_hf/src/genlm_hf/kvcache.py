@@ -25,7 +25,8 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from genlm_backend_kit import PrefixCacheStats, PrefixTree, is_int_at_least
+from genlm_backend_kit import PrefixCacheStats, PrefixTree
+from genlm_core.checks import is_int_at_least
 from genlm_hf._device import CPU_COPY_BYTES, index_on
 
 __all__ = ["BATCHED_COPY_BYTES", "KVCacheStats", "PrefixKVCache", "SlotRun"]

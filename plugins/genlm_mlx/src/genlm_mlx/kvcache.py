@@ -27,7 +27,8 @@ from collections.abc import Hashable, Sequence
 
 import mlx.core as mx
 
-from genlm_backend_kit import PrefixCacheStats, PrefixTree, is_int_at_least
+from genlm_backend_kit import PrefixCacheStats, PrefixTree
+from genlm_core.checks import is_int_at_least
 
 __all__ = ["KVCacheStats", "PrefixKVCache"]
 

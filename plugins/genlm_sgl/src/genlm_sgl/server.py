@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from genlm_backend_kit import is_int_at_least
+from genlm_core.checks import is_int_at_least
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 from genlm_sgl._http import ServerClient
 from genlm_sgl.errors import ModelLoadError, ServerError

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from genlm_backend_kit import is_int_at_least
+from genlm_core.checks import is_int_at_least
 from genlm_core.trie.arrays import TrieArrays
 from genlm_core.trie.base import CharacterTrieBase
 from genlm_core.trie.errors import InvalidWeightsError
