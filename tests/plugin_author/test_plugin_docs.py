@@ -37,8 +37,9 @@ from genlm_core.testing import LoraConformance
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "docs" / "plugin-quickstart.md"
 DOCS = (QUICKSTART, ROOT / "docs" / "plugins.md")
-#: The issue's bar for the quickstart: the backend, its entry point, the conformance suite.
-QUICKSTART_LINES = 150
+#: The quickstart's length: the backend, its entry points, the conformance suite (150),
+#: and the trie module its pyproject registers (issue 43: the page is the whole plugin).
+QUICKSTART_LINES = 175
 EXAMPLE = ROOT / "tests" / "plugins" / "genlm_dummy"
 BLOCK = re.compile(r"(?:<!-- (file|excerpt|test): (\S+) -->\n)?```(\w*)\n(.*?)```", re.DOTALL)
 
@@ -56,7 +57,8 @@ def test_the_quickstart_is_short_and_holds_the_backend():
     lines = QUICKSTART.read_text().splitlines()
     assert len(lines) <= QUICKSTART_LINES, f"{len(lines)} lines; the bar is {QUICKSTART_LINES}"
     quoted = {arg for kind, arg, _, _ in blocks((QUICKSTART,)) if kind == "file"}
-    for name in ("pyproject.toml", "src/genlm_dummy/lm.py", "tests/test_dummy.py"):
+    example = [p.relative_to(EXAMPLE).as_posix() for p in EXAMPLE.rglob("*") if p.is_file()]
+    for name in [n for n in example if n.endswith((".py", ".toml")) and "__pycache__" not in n]:
         assert str((EXAMPLE / name).relative_to(ROOT)) in quoted
 
 
@@ -141,7 +143,7 @@ def test_select_hook_example(plugin_manager, register_plugin):
 def test_the_example_builds_from_the_page_alone(tmp_path):
     project = tmp_path / "genlm-dummy"
     prefix = str(EXAMPLE.relative_to(ROOT)) + "/"
-    for kind, path, _, body in blocks():  # the quickstart, and the reference's trie module
+    for kind, path, _, body in blocks((QUICKSTART,)):  # the quickstart alone
         if kind == "file" and path.startswith(prefix):
             target = project / path.removeprefix(prefix)
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ class TestDummyConformance(AsyncLMConformance):
     def lm(self):
         model = load_model_by_name(TEXT, backend="dummy")
         yield model
-        model.cleanup()
+        model.close()
 
 
 def test_is_discovered(installed_backends):
