@@ -6,6 +6,7 @@ is in docs/plugins.md, "Model names".
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
@@ -162,5 +163,26 @@ def resolve_model_name(name: str) -> str:
             f"model directory {name!r} does not exist (no such directory: "
             f"{path.absolute()}); check the path, or {_alternatives()}"
         )
+    _refuse_a_misspelt_embedded_name(name)
     _check_hub(name)
     return name
+
+
+def _refuse_a_misspelt_embedded_name(name: str) -> None:
+    """Raise at once for a name with no owner that is close to an embedded model's.
+
+    A hub id with no owner (``gpt2``) still goes to the hub; one that reads like a typo
+    of an embedded model's name gets its "did you mean" without a network round trip.
+    """
+    if "/" in name:
+        return
+    folded, names = name.strip().casefold(), _plugin_model_names()
+    close = difflib.get_close_matches(folded, names, n=1, cutoff=0.8) or [
+        n for n in names if n.startswith(folded) and 2 * len(folded) >= len(n)
+    ]
+    if close:
+        raise ModelNotFoundError(
+            f"model {name!r} is not an embedded model; did you mean {close[0]!r}? (A "
+            f"Hugging Face hub id names its owner, 'owner/name'; `genlm models` lists the "
+            f"embedded ones.)"
+        )

@@ -183,3 +183,23 @@ def test_mock_backend_resolves_names_too(tmp_path):
     lm = load_model_by_name("tiny-gpt2", backend="mock")  # an embedded model's tokenizer
     assert len(lm.byte_vocab) == 50257
     lm.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"), [("smollm2-135m", "smollm2-135m-instruct"), ("tiny-gtp2", "tiny-gpt2")]
+)
+def test_a_misspelt_embedded_name_gets_did_you_mean_without_the_network(typo, meant, monkeypatch):
+    from genlm_core.loading import _model_names
+
+    monkeypatch.setattr(_model_names, "_check_hub", lambda name: pytest.fail("asked the hub"))
+    with pytest.raises(ModelNotFoundError, match=f"did you mean {meant!r}"):
+        resolve_model_name(typo)
+
+
+def test_a_hub_id_with_an_owner_is_never_taken_for_a_typo(monkeypatch):
+    from genlm_core.loading import _model_names
+
+    asked = []
+    monkeypatch.setattr(_model_names, "_check_hub", asked.append)
+    assert resolve_model_name("someone/smollm2-135m") == "someone/smollm2-135m"
+    assert asked == ["someone/smollm2-135m"]
