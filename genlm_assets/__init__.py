@@ -23,7 +23,7 @@ Command line: ``genlm models`` (what there is, what is cached) and ``genlm fetch
 NAME`` (build it, print its dir); ``python -m genlm_assets`` has the same
 ``list`` / ``fetch`` / ``path`` commands.
 
-Not part of the core: a plugin package (:mod:`genlm_assets._plugin`, entry point
+Not part of the core: a plugin package (`genlm_assets._plugin`, entry point
 ``assets`` in the ``genlm.plugins`` group) that ships in the genlm-core distribution,
 so that ``pip install "genlm-core[assets]"`` brings it. It imports only genlm-core's
 public names, and ``genlm_core`` never imports it (``tests/core/test_boundary.py``),
@@ -113,7 +113,7 @@ def tokenizer_dir(name: str) -> Path:
     """Directory of the tokenizer asset ``name``, built (and downloaded) on first use.
 
     Args:
-        name: One of :data:`TOKENIZER_NAMES`, e.g. ``"llama3"`` or ``"cl100k"``.
+        name: One of [`TOKENIZER_NAMES`][], e.g. ``"llama3"`` or ``"cl100k"``.
 
     Returns:
         A dir that ``AutoTokenizer.from_pretrained`` loads offline.
@@ -131,7 +131,7 @@ def model_dir(name: str) -> Path:
     """Directory of the causal LM asset ``name`` (weights + tokenizer), built on first use.
 
     Args:
-        name: One of :data:`MODEL_NAMES`, e.g. ``"tiny-gpt2"``.
+        name: One of [`MODEL_NAMES`][], e.g. ``"tiny-gpt2"``.
 
     Returns:
         A dir that ``AutoModelForCausalLM.from_pretrained`` and

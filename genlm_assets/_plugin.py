@@ -2,9 +2,9 @@
 
 Registered by genlm-core's ``pyproject.toml`` in the ``genlm.plugins`` entry-point
 group, as any third-party plugin would be: ``load_model_by_name("smollm2-135m-instruct")``
-reaches the builder only through :func:`genlm_resolve_model_name`, and ``genlm models``
-/ ``genlm fetch`` come from :func:`genlm_cli_commands`. Import-light: the builder
-(:mod:`genlm_assets`) is imported only when a hook is called.
+reaches the builder only through [`genlm_resolve_model_name`][], and ``genlm models``
+/ ``genlm fetch`` come from [`genlm_cli_commands`][]. Import-light: the builder
+([`genlm_assets`][]) is imported only when a hook is called.
 """
 
 from __future__ import annotations

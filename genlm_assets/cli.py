@@ -113,7 +113,7 @@ def add_commands(commands: argparse._SubParsersAction, *, list_name: str = "mode
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the sub-command :func:`add_commands` parsed into ``args``."""
+    """Run the sub-command [`add_commands`][] parsed into ``args``."""
     return args.run(args)
 
 

@@ -1,4 +1,4 @@
-"""``genlm_core.backend_kit``: the old import path of :mod:`genlm_backend_kit`.
+"""``genlm_core.backend_kit``: the old import path of [`genlm_backend_kit`][].
 
 What the official backends share ships as its own distribution, genlm-backend-kit;
 code that imports it from here keeps working when that is installed.

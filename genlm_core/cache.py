@@ -1,4 +1,4 @@
-"""genlm-backend's ``genlm.backend.cache`` path: :class:`~genlm_core.runtime.OutputCache`."""
+"""genlm-backend's ``genlm.backend.cache`` path: [`OutputCache`][genlm_core.runtime.OutputCache]."""
 
 from genlm_core.runtime import OutputCache
 

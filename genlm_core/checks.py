@@ -6,6 +6,8 @@ import math
 import numbers
 from typing import Any
 
+__all__ = ["is_int_at_least", "is_integer", "is_seconds"]
+
 
 def is_int_at_least(value: Any, minimum: int) -> bool:
     """True for a Python ``int`` (not a ``bool``, an ``int`` subclass) that is ``>= minimum``."""

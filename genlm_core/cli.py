@@ -176,7 +176,7 @@ def _options(name: str, as_json: bool) -> int:
 
 
 def _plain(text: str) -> str:
-    """Docstring markup as plain text: ``x`` -> x, :class:`~a.b.C` -> C."""
+    """Docstring markup as plain text: ``x`` -> x, [`C`][a.b.C] -> C."""
     text = re.sub(r":\w+:`~?([\w.]+)`", lambda m: m[1].rsplit(".", 1)[-1], text)
     return text.replace("``", "")
 

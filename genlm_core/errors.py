@@ -1,6 +1,6 @@
 """The exceptions genlm-core raises.
 
-Each derives from :class:`GenlmError` and from the builtin a caller would naturally
+Each derives from [`GenlmError`][] and from the builtin a caller would naturally
 catch (``KeyError`` for an unknown name, ``ValueError`` for bad input, ...).
 """
 
@@ -100,7 +100,7 @@ class WorkerInitError(GenlmError, RuntimeError):
 class ModelClosedError(BatcherClosedError):
     """A language model was used after ``cleanup()`` (or ``aclose()``): load it again.
 
-    Calls queued when the model was closed get it too (a :class:`BatcherClosedError`,
+    Calls queued when the model was closed get it too (a [`BatcherClosedError`][],
     what they got before).
     """
 

@@ -1,4 +1,4 @@
-"""genlm-backend's ``genlm.backend.llm`` path: the code is :mod:`genlm_core.compat.genlm_backend`.
+"""genlm-backend's ``genlm.backend.llm`` path: the code is [`genlm_core.compat.genlm_backend`][].
 
 Names resolve on first use (PEP 562), so importing this module imports no plugin.
 """

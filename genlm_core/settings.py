@@ -2,7 +2,7 @@
 
 ``GENLM_PLUGINS``, ``GENLM_DISABLE_PLUGINS`` (which plugins load) and ``GENLM_BACKEND``
 (the backend used when none is named): docs/plugins.md, "Choosing plugins".
-``GENLM_TRIM_HEAP``: see :func:`trim_heap`. (``GENLM_ASSETS_DIR`` is :mod:`genlm_assets`'.)
+``GENLM_TRIM_HEAP``: see [`trim_heap`][]. (``GENLM_ASSETS_DIR`` is [`genlm_assets`][]'.)
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def make_tokenizer_config_portable(directory: Path) -> None:
 
 
 def save_tokenizer(tokenizer: Any, directory: Path) -> None:
-    """``save_pretrained`` followed by :func:`make_tokenizer_config_portable`."""
+    """``save_pretrained`` followed by [`make_tokenizer_config_portable`][]."""
     tokenizer.save_pretrained(str(directory))
     make_tokenizer_config_portable(directory)
 

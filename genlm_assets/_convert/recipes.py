@@ -81,7 +81,7 @@ class Recipe:
         depends_on: Tokenizer assets it builds on.
         needs: Importable modules beyond genlm-core's own dependencies.
         version: Recipe revision; bump it when ``build`` changes.
-        weights_sha256: Expected :func:`~genlm_assets._convert.lm.weights_sha256`.
+        weights_sha256: Expected `weights_sha256`.
     """
 
     name: str

@@ -1,4 +1,4 @@
-"""``genlm_core.bytes``: an alias of :mod:`genlm_bytelm`, the byte-level LM's own distribution.
+"""``genlm_core.bytes``: an alias of [`genlm_bytelm`][], the byte-level LM's own distribution.
 
 genlm-bytes' code migrates by an import rename (``genlm.bytes`` -> ``genlm_core.bytes``);
 the byte-level LM itself ships apart from the core (``pip install genlm-bytelm``). Every

@@ -43,7 +43,7 @@ def placeholder(
 ) -> type:
     """A stand-in for model class ``name`` (``"AsyncMlxLM"``) of ``backend`` (``"mlx"``).
 
-    Its construction and ``from_name`` raise :class:`~genlm_core.errors.PluginLoadError`
+    Its construction and ``from_name`` raise [`PluginLoadError`][genlm_core.errors.PluginLoadError]
     naming ``cause`` (why the plugin did not import) and the install command.
     ``module`` is its ``__module__``, the path it was imported from.
     """

@@ -1,8 +1,8 @@
 """The AsyncLM contract: what clients may call, and the bases backends subclass.
 
-:class:`AsyncLM` is the Protocol clients rely on; :class:`AsyncLMBase` the ABC a backend
-subclasses (vocabulary, validation, adapters, sampling, lifecycle); :class:`BatchedAsyncLM`
-adds the shared batcher and output cache around a :class:`Backend`, which implements only
+[`AsyncLM`][] is the Protocol clients rely on; [`AsyncLMBase`][] the ABC a backend
+subclasses (vocabulary, validation, adapters, sampling, lifecycle); [`BatchedAsyncLM`][]
+adds the shared batcher and output cache around a [`Backend`][], which implements only
 ``compute_batch`` (a plain object given as ``backend=``, or the subclass itself).
 """
 

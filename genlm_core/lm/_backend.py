@@ -28,13 +28,13 @@ OPTIONAL_HOOKS = (
 class Backend(Protocol):
     """The backend's side of a model: compute rows for distinct, validated requests.
 
-    Required: :meth:`compute_batch`. Optional, each used when present:
+    Required: [`compute_batch`][]. Optional, each used when present:
 
     * ``compute_prefix_batch(requests)``: the rows after every prefix of each
-      :class:`~genlm_core.lm.PrefixRequest`, in one forward (see
-      :meth:`BatchedAsyncLM.compute_prefix_batch`).
+      [`PrefixRequest`][genlm_core.lm.PrefixRequest], in one forward (see
+      [`BatchedAsyncLM.compute_prefix_batch`][]).
     * ``load_adapter(adapter) -> handle`` and ``unload_adapter(adapter, handle)``:
-      LoRA adapters (see :meth:`AsyncLMBase.load_adapter`); without them
+      LoRA adapters (see [`AsyncLMBase.load_adapter`][]); without them
       ``add_new_lora`` raises LoraNotSupportedError.
     * ``init_worker_thread()``: called once in the thread batches run in.
     * ``close()``: called once when the model closes, after its adapters are unloaded.

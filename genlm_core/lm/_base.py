@@ -29,7 +29,7 @@ from genlm_core.tokenization import Token, decode_vocab
 
 
 class ModelState(enum.Enum):
-    """A model's one lifecycle, in order: open, draining, closed (see :meth:`AsyncLMBase.close`)."""
+    """A model's one lifecycle, in order: open, draining, closed (see [`AsyncLMBase.close`][])."""
 
     OPEN = "open"  #: takes calls
     DRAINING = "draining"  #: takes none; those made are answered or failed, resources go
@@ -39,20 +39,20 @@ class ModelState(enum.Enum):
 class AsyncLMBase(ABC):
     """Base class for backends: vocabulary, validation, sampling and lifecycle.
 
-    Subclasses implement :meth:`next_token_logprobs` and
-    :meth:`next_token_logprobs_sync` (or subclass :class:`BatchedAsyncLM`), and
+    Subclasses implement [`next_token_logprobs`][] and
+    [`next_token_logprobs_sync`][] (or subclass [`BatchedAsyncLM`][]), and
     a ``from_name`` classmethod. A call's ``lora_name`` names an adapter added with
-    :meth:`add_new_lora`; None is the base model.
+    [`add_new_lora`][]; None is the base model.
 
     Args:
-        tokenizer: A Hugging Face tokenizer (or anything :func:`decode_vocab` accepts).
+        tokenizer: A Hugging Face tokenizer (or anything [`decode_vocab`][] accepts).
         vocab_size: Width of the model's logits when wider than the tokenizer;
             extra ids get empty byte strings.
         byte_vocab: Precomputed ``(byte_vocab, str_vocab)`` to skip decoding.
 
     Attributes:
         max_positions: The model's context length, or None if unknown (set by backends);
-            :meth:`validate_token_ids` rejects longer prompts.
+            [`validate_token_ids`][] rejects longer prompts.
         thread_safe: Class attribute: True lets the core run two computations at once
             (default False: never, whichever threads call).
         row_device: Where the returned log-prob rows live: the CPU (default), or the
@@ -102,14 +102,14 @@ class AsyncLMBase(ABC):
 
         Returns:
             A float32 tensor of shape ``(len(byte_vocab),)`` with ``logsumexp == 0``, on
-            :attr:`row_device` (the CPU unless the backend was asked otherwise).
+            [`row_device`][] (the CPU unless the backend was asked otherwise).
         """
 
     @abstractmethod
     def next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None
     ) -> torch.Tensor:
-        """Synchronous :meth:`next_token_logprobs`."""
+        """Synchronous [`next_token_logprobs`][]."""
 
     async def batch_next_token_logprobs(
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
@@ -124,13 +124,13 @@ class AsyncLMBase(ABC):
     def batch_next_token_logprobs_sync(
         self, token_ids_list: Sequence[Sequence[int]], lora_name: str | None = None
     ) -> torch.Tensor:
-        """Synchronous :meth:`batch_next_token_logprobs`."""
+        """Synchronous [`batch_next_token_logprobs`][]."""
         reqs = self.make_requests(token_ids_list, lora_name)
         outs = [self.next_token_logprobs_sync(r.token_ids, lora_name=lora_name) for r in reqs]
         return torch.stack(outs) if outs else self._no_rows()
 
     def _no_rows(self) -> torch.Tensor:
-        """The answer to an empty batch: ``(0, vocab)`` float32 on :attr:`row_device`."""
+        """The answer to an empty batch: ``(0, vocab)`` float32 on [`row_device`][]."""
         return torch.empty((0, len(self.byte_vocab)), dtype=torch.float32, device=self.row_device)
 
     async def prefix_next_token_logprobs(
@@ -143,11 +143,11 @@ class AsyncLMBase(ABC):
         ``start`` (``0 <= start < len(token_ids)``) skips rows already computed.
 
         Returns:
-            A float32 tensor on :attr:`row_device` of shape
+            A float32 tensor on [`row_device`][] of shape
             ``(len(token_ids) - start, len(byte_vocab))``.
 
         Raises:
-            InvalidTokenIdsError: Bad ``token_ids`` (see :meth:`validate_token_ids`).
+            InvalidTokenIdsError: Bad ``token_ids`` (see [`validate_token_ids`][]).
             InvalidArgumentError: ``start`` out of range.
         """
         req = self.make_prefix_request(token_ids, lora_name, start)
@@ -158,7 +158,7 @@ class AsyncLMBase(ABC):
     def prefix_next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
     ) -> torch.Tensor:
-        """Synchronous :meth:`prefix_next_token_logprobs`."""
+        """Synchronous [`prefix_next_token_logprobs`][]."""
         req = self.make_prefix_request(token_ids, lora_name, start)
         return self.batch_next_token_logprobs_sync(
             [p.token_ids for p in req.prefixes()], lora_name=req.lora_name
@@ -167,7 +167,7 @@ class AsyncLMBase(ABC):
     def make_prefix_request(
         self, token_ids: Any, lora_name: str | None = None, start: int = 0
     ) -> PrefixRequest:
-        """Validate a prefix call's arguments into a :class:`PrefixRequest`."""
+        """Validate a prefix call's arguments into a [`PrefixRequest`][]."""
         req = self.make_request(token_ids, lora_name)
         n = len(req.token_ids)
         if not is_int_at_least(start, 0) or start >= n:
@@ -187,12 +187,12 @@ class AsyncLMBase(ABC):
 
         Raises:
             InvalidTokenIdsError: Empty, not a sequence of integers, out of range, or
-                longer than :attr:`max_positions`.
+                longer than [`max_positions`][].
         """
         return checked_token_ids(token_ids, len(self.byte_vocab), self.max_positions)
 
     def make_request(self, token_ids: Any, lora_name: str | None = None) -> Request:
-        """Validate a call's arguments into a hashable :class:`Request`."""
+        """Validate a call's arguments into a hashable [`Request`][]."""
         self._check_open()
         ids = self.validate_token_ids(token_ids)
         return Request(ids, lora_name, self._adapters.generation(lora_name))
@@ -204,10 +204,10 @@ class AsyncLMBase(ABC):
         *,
         argument: str = "token_ids_list",
     ) -> list[Request]:
-        """:meth:`make_request` for each prompt of a batch call.
+        """[`make_request`][] for each prompt of a batch call.
 
         ``argument`` is the caller's name for ``token_ids_list`` in errors, which name the
-        bad prompt (``token_ids_list[i]``) and why (:class:`InvalidTokenIdsError`).
+        bad prompt (``token_ids_list[i]``) and why ([`InvalidTokenIdsError`][]).
         """
         self._check_open()
         if isinstance(token_ids_list, (str, bytes)) or not isinstance(token_ids_list, Iterable):
@@ -243,15 +243,15 @@ class AsyncLMBase(ABC):
         Raises:
             LoraNotSupportedError: The backend cannot load adapters.
             ValueError: ``lora_name`` is not a non-empty string.
-            Exception: Whatever the backend's :meth:`load_adapter` raises for a bad path.
+            Exception: Whatever the backend's [`load_adapter`][] raises for a bad path.
         """
         self._check_open()
         self._adapters.add(lora_path, lora_name)
 
     def remove_lora(self, lora_name: str) -> None:
-        """Unload an adapter added with :meth:`add_new_lora`, with its cached outputs.
+        """Unload an adapter added with [`add_new_lora`][], with its cached outputs.
 
-        Requests for it that are still waiting fail with :class:`UnknownLoraError`;
+        Requests for it that are still waiting fail with [`UnknownLoraError`][];
         requests for the base model or other adapters are unaffected.
 
         Raises:
@@ -263,11 +263,11 @@ class AsyncLMBase(ABC):
     async def add_new_lora_async(
         self, lora_path: str | os.PathLike[str], lora_name: str = "lora_1"
     ) -> None:
-        """:meth:`add_new_lora` for coroutines, waited for off the event loop."""
+        """[`add_new_lora`][] for coroutines, waited for off the event loop."""
         await asyncio.to_thread(self.add_new_lora, lora_path, lora_name)
 
     async def remove_lora_async(self, lora_name: str) -> None:
-        """:meth:`remove_lora` for coroutines, waited for off the event loop."""
+        """[`remove_lora`][] for coroutines, waited for off the event loop."""
         await asyncio.to_thread(self.remove_lora, lora_name)
 
     @property
@@ -291,7 +291,7 @@ class AsyncLMBase(ABC):
     def load_adapter(self, adapter: LoraAdapter) -> Any:
         """Backend hook: load one adapter version; return the handle computations use.
 
-        Called with the model held exclusively; :meth:`adapter_handle` gives the handle
+        Called with the model held exclusively; [`adapter_handle`][] gives the handle
         back during computations. Load under ``adapter.engine_name`` if the engine keys
         adapters by name (the old version is unloaded after this returns); raise to
         refuse, and nothing changes. See docs/plugins.md, "LoRA adapters: two hooks".
@@ -299,7 +299,7 @@ class AsyncLMBase(ABC):
         raise LoraNotSupportedError(f"{type(self).__name__} does not support LoRA adapters")
 
     def unload_adapter(self, adapter: LoraAdapter, handle: Any) -> None:  # noqa: B027
-        """Backend hook: unload a version :meth:`load_adapter` loaded (replaced or removed).
+        """Backend hook: unload a version [`load_adapter`][] loaded (replaced or removed).
 
         Called with the model held exclusively; drop anything cached for it (keys and
         values). Default: nothing.
@@ -380,7 +380,7 @@ class AsyncLMBase(ABC):
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` or :meth:`aclose` began: the model takes no new call."""
+        """True once [`close`][] or [`aclose`][] began: the model takes no new call."""
         return self._state is not ModelState.OPEN
 
     def close(self) -> None:
@@ -388,7 +388,7 @@ class AsyncLMBase(ABC):
 
         The model drains, then closes: queued calls fail, a computation running finishes
         first (this waits for it), and none starts once this returns. From a coroutine,
-        ``await`` :meth:`aclose`, which first answers the calls already made.
+        ``await`` [`aclose`][], which first answers the calls already made.
         """
         if type(self).cleanup is not _compat.cleanup:
             self.cleanup()  # a subclass written against genlm-backend's name: its super() ends
@@ -406,7 +406,7 @@ class AsyncLMBase(ABC):
         thaw_heap()  # a model frozen by the byte states' builds can be collected again
 
     async def aclose(self) -> None:
-        """:meth:`close` for coroutines, waited for off the event loop. Idempotent.
+        """[`close`][] for coroutines, waited for off the event loop. Idempotent.
 
         What ``async with lm:`` does on exit.
         """

@@ -22,44 +22,44 @@ from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.lm._rows import RowComputation, raise_failures
 from genlm_core.runtime import LoopBatchers, OutputCache, RowPool, process_trimmer, trimming_wanted
 
-#: Default byte budget of :class:`BatchedAsyncLM`'s output cache (256 MiB). An entry
+#: Default byte budget of [`BatchedAsyncLM`][]'s output cache (256 MiB). An entry
 #: bound alone would let memory grow with the vocabulary: 4096 rows are 0.8 GiB for
 #: GPT-2's 50k tokens, 2 GiB for Llama-3's 128k.
 DEFAULT_CACHE_BYTES = 256 << 20
 
-#: Keyword options :class:`AsyncLMBase` itself takes (what ``**kwargs`` may carry to it).
+#: Keyword options [`AsyncLMBase`][] itself takes (what ``**kwargs`` may carry to it).
 _BASE_OPTIONS = frozenset({"vocab_size", "byte_vocab"})
 
 
 class BatchedAsyncLM(AsyncLMBase):
     """An AsyncLMBase whose calls go through the shared AutoBatcher and OutputCache.
 
-    Give it a ``backend`` (:class:`~genlm_core.lm.Backend`: an object with
-    ``compute_batch``), or subclass it and implement :meth:`compute_batch`. That runs
+    Give it a ``backend`` ([`Backend`][genlm_core.lm.Backend]: an object with
+    ``compute_batch``), or subclass it and implement [`compute_batch`][]. That runs
     off the event loop, receives unique validated requests, and returns one
-    log-probability tensor per request. The core runs one :meth:`compute_batch` at a
+    log-probability tensor per request. The core runs one [`compute_batch`][] at a
     time (unless ``thread_safe``), checks every row it returns, caches it, and hands
     each caller a copy of its own.
 
     Args:
         backend: What computes rows (default: this object, whose subclass implements
-            :meth:`compute_batch`); its optional hooks are used when present.
-        batch_size: Most requests per batch (default :attr:`default_batch_size`).
+            [`compute_batch`][]); its optional hooks are used when present.
+        batch_size: Most requests per batch (default [`default_batch_size`][]).
         max_wait: Seconds a batch may wait for more callers, counted from its first
             request (default 0: dispatch as soon as the event loop has no more runnable
             callers).
         cache_size: Most cached outputs (0 disables the cache).
         cache_bytes: Byte budget of the cached outputs, rows and their keys' token ids
-            (default :data:`DEFAULT_CACHE_BYTES`); None bounds them by ``cache_size``
+            (default [`DEFAULT_CACHE_BYTES`][]); None bounds them by ``cache_size``
             alone.
         timeout: genlm-backend's name for ``max_wait`` (accepted for migration; give
             one of the two).
         trim_heap: Return freed heap memory to the OS after batches
-            (:class:`~genlm_core.runtime.HeapTrimmer`). None: ``GENLM_TRIM_HEAP``, else
-            :attr:`trims_heap_by_default`.
-        row_device: Where :meth:`compute_batch`'s rows, and so callers' rows, live: the
+            ([`HeapTrimmer`][genlm_core.runtime.HeapTrimmer]). None: ``GENLM_TRIM_HEAP``, else
+            [`trims_heap_by_default`][].
+        row_device: Where [`compute_batch`][]'s rows, and so callers' rows, live: the
             CPU (default), or the GPU of a backend that keeps log-probs there.
-        **kwargs: Passed to :class:`AsyncLMBase` (``vocab_size``, ``byte_vocab``).
+        **kwargs: Passed to [`AsyncLMBase`][] (``vocab_size``, ``byte_vocab``).
 
     Raises:
         InvalidOptionError: An option no class of the model takes (names the valid ones).
@@ -100,7 +100,7 @@ class BatchedAsyncLM(AsyncLMBase):
                 f"object with compute_batch(requests) (genlm_core.lm.Backend), or "
                 f"implement compute_batch in a subclass"
             )
-        #: What computes the rows: a :class:`~genlm_core.lm.Backend`, or this model.
+        #: What computes the rows: a [`Backend`][genlm_core.lm.Backend], or this model.
         self.backend: Any = self if backend is None else checked_backend(backend)
         if backend is not None:
             self.thread_safe = bool(getattr(backend, "thread_safe", False))
@@ -125,9 +125,9 @@ class BatchedAsyncLM(AsyncLMBase):
         super().__init__(tokenizer, **kwargs)
         self.row_device = torch.device(row_device)
         self.batch_size = batch_size
-        #: Recycled memory for :meth:`compute_batch`'s rows (``self.row_pool.copy_rows(batch)``).
+        #: Recycled memory for [`compute_batch`][]'s rows (``self.row_pool.copy_rows(batch)``).
         self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
-        #: The process's heap trimmer, used after batches when :attr:`trims_heap` is on.
+        #: The process's heap trimmer, used after batches when [`trims_heap`][] is on.
         self.heap_trimmer = process_trimmer()
         self._computation = RowComputation(
             self,
@@ -154,10 +154,10 @@ class BatchedAsyncLM(AsyncLMBase):
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
         """Compute log-probabilities for distinct, validated requests (in a worker thread).
 
-        A subclass implements it; by default the :attr:`backend`'s.
+        A subclass implements it; by default the [`backend`][]'s.
 
         Returns:
-            One float32 tensor of shape ``(len(byte_vocab),)`` on :attr:`row_device`
+            One float32 tensor of shape ``(len(byte_vocab),)`` on [`row_device`][]
             per request, in order.
         """
         return self.backend.compute_batch(requests)
@@ -165,9 +165,9 @@ class BatchedAsyncLM(AsyncLMBase):
     def init_worker_thread(self) -> None:
         """Called once in the model's worker thread before its first batch.
 
-        Override to set thread-local state for :meth:`compute_batch` (genlm-hf sets the
+        Override to set thread-local state for [`compute_batch`][] (genlm-hf sets the
         thread's torch threads); the model keeps that thread for every event loop. By
-        default the :attr:`backend`'s, if it has one.
+        default the [`backend`][]'s, if it has one.
         """
         if (init := self._backend_hook("init_worker_thread")) is not None:
             init()
@@ -178,19 +178,19 @@ class BatchedAsyncLM(AsyncLMBase):
         """Optional: log-probs after every prefix of each request, one forward each.
 
         Override it when the model can compute all positions of a sequence at once;
-        :meth:`prefix_next_token_logprobs` then sends each sequence here whole. Runs in
-        the worker thread; each row is cached under its prefix's :class:`Request`.
+        [`prefix_next_token_logprobs`][] then sends each sequence here whole. Runs in
+        the worker thread; each row is cached under its prefix's [`Request`][].
 
         Returns:
             Per request, one float32 tensor of shape ``(len(byte_vocab),)`` per prefix
             ending at position ``start`` or later (or one tensor of shape
-            ``(len(token_ids) - start, vocab)``). By default the :attr:`backend`'s.
+            ``(len(token_ids) - start, vocab)``). By default the [`backend`][]'s.
         """
         return self.backend.compute_prefix_batch(requests)
 
     @property
     def computes_prefixes_in_one_forward(self) -> bool:
-        """Whether this model, or its backend, implements :meth:`compute_prefix_batch`."""
+        """Whether this model, or its backend, implements [`compute_prefix_batch`][]."""
         if self.backend is not self:
             return self._backend_hook("compute_prefix_batch") is not None
         return type(self).compute_prefix_batch is not BatchedAsyncLM.compute_prefix_batch
@@ -204,7 +204,7 @@ class BatchedAsyncLM(AsyncLMBase):
         return getattr(self.backend, name, None) if self.backend is not self else None
 
     def _batcher(self) -> Any:
-        """The running event loop's batcher (see :class:`~genlm_core.runtime.LoopBatchers`)."""
+        """The running event loop's batcher (see `genlm_core.runtime.LoopBatchers`)."""
         self._check_open()  # no new batcher (and thread) for a closed model
         return self._loop_batchers.get()
 
@@ -254,10 +254,10 @@ class BatchedAsyncLM(AsyncLMBase):
         start: int = 0,
         cache: bool = True,
     ) -> torch.Tensor:
-        """:meth:`AsyncLMBase.prefix_next_token_logprobs`, batched, cached unless ``cache=False``.
+        """[`AsyncLMBase.prefix_next_token_logprobs`][], batched, cached unless ``cache=False``.
 
-        Cached rows are not recomputed; the rest come from :meth:`compute_prefix_batch`
-        in one forward if overridden, else from :meth:`compute_batch`, one request a prefix.
+        Cached rows are not recomputed; the rest come from [`compute_prefix_batch`][]
+        in one forward if overridden, else from [`compute_batch`][], one request a prefix.
         """
         req, prefixes, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
@@ -272,7 +272,7 @@ class BatchedAsyncLM(AsyncLMBase):
     def prefix_next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
     ) -> torch.Tensor:
-        """Synchronous :meth:`prefix_next_token_logprobs`, computed in the calling thread."""
+        """Synchronous [`prefix_next_token_logprobs`][], computed in the calling thread."""
         req, prefixes, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
@@ -299,7 +299,7 @@ class BatchedAsyncLM(AsyncLMBase):
         return torch.stack(rows)  # type: ignore[arg-type]
 
     def _filled_sync(self, reqs: list[Request], rows: list[torch.Tensor | None]) -> torch.Tensor:
-        """:meth:`_filled` in this thread: the distinct misses ``batch_size`` at a time."""
+        """`_filled` in this thread: the distinct misses ``batch_size`` at a time."""
         todo = list(dict.fromkeys(r for r, row in zip(reqs, rows, strict=True) if row is None))
         computed: dict[Request, torch.Tensor] = {}
         for start in range(0, len(todo), self.batch_size):
@@ -318,15 +318,15 @@ class BatchedAsyncLM(AsyncLMBase):
         return req, prefixes, rows, [i for i, row in enumerate(rows) if row is None]
 
     def clear_cache(self) -> None:
-        """Drop every cached output (their memory stays in :attr:`row_pool` for reuse)."""
+        """Drop every cached output (their memory stays in [`row_pool`][] for reuse)."""
         if self.cache is not None:
             self.cache.clear()
 
     def batch_info(self) -> dict[str, float]:
-        """How calls were batched since the model was made (or :meth:`reset_batch_info`).
+        """How calls were batched since the model was made (or [`reset_batch_info`][]).
 
         Returns:
-            ``batches`` (calls of :meth:`compute_batch`), ``requests`` (distinct
+            ``batches`` (calls of [`compute_batch`][]), ``requests`` (distinct
             requests they computed; cache hits and duplicates are not computed) and
             ``mean_batch_size``.
         """
@@ -338,7 +338,7 @@ class BatchedAsyncLM(AsyncLMBase):
         }
 
     def reset_batch_info(self) -> None:
-        """Start :meth:`batch_info`'s counts again from zero."""
+        """Start [`batch_info`][]'s counts again from zero."""
         self._computation.counts(reset=True)
 
     def output_cache_info(self) -> dict[str, int]:
@@ -352,7 +352,7 @@ class BatchedAsyncLM(AsyncLMBase):
         }
 
     def _free_row_bytes(self) -> int:
-        """Free-row bytes :attr:`row_pool` may keep: the cache budget's unused part.
+        """Free-row bytes [`row_pool`][] may keep: the cache budget's unused part.
 
         At least one batch: a steady cache evicts a batch of rows per batch it adds.
         """
@@ -375,7 +375,7 @@ class BatchedAsyncLM(AsyncLMBase):
             self.cache.remove_if(lambda key: key.lora_name == lora_name)
 
     async def aclose(self) -> None:
-        """Drain (compute every call already made on this event loop), then :meth:`close`.
+        """Drain (compute every call already made on this event loop), then close.
 
         What ``async with lm:`` does on exit. New calls are refused from the start.
         Idempotent.

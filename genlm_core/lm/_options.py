@@ -1,6 +1,6 @@
 """The keyword options a backend class accepts, read from its signatures, and the error for others.
 
-:func:`accepted_options` follows ``**kwargs`` up the ``__init__`` chain, so a misspelled
+[`accepted_options`][] follows ``**kwargs`` up the ``__init__`` chain, so a misspelled
 option is refused before a model loads, naming the valid ones and the nearest match.
 """
 
@@ -26,7 +26,7 @@ def option_levels(target: Callable[..., Any] | type) -> list[tuple[Any, type | N
     """``(function, its class or None, its parameters)`` for each level options pass through.
 
     ``target`` unless a class, then each ``__init__`` up the MRO; parameters after the
-    first (None if unreadable). Callers stop at the first level not :func:`forwards`.
+    first (None if unreadable). Callers stop at the first level not [`forwards`][].
     """
     owner = _owner(target)
     levels = [] if target is owner else [(target, None)]

@@ -27,7 +27,7 @@ class AsyncLM(Protocol):
     def next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None
     ) -> torch.Tensor:
-        """Synchronous :meth:`next_token_logprobs`."""
+        """Synchronous [`next_token_logprobs`][]."""
         ...
 
     async def batch_next_token_logprobs(

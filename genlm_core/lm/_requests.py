@@ -13,7 +13,7 @@ import torch
 from genlm_core.checks import is_integer
 from genlm_core.errors import InvalidTokenIdsError
 
-#: Prompts of at least this many tokens keep their hash (see :class:`LongTokenIds`).
+#: Prompts of at least this many tokens keep their hash (see [`LongTokenIds`][]).
 LONG_PROMPT = 256
 
 
@@ -33,7 +33,7 @@ class LongTokenIds(tuple):  # noqa: SLOT001 (the cached hash lives in the instan
 
 
 def token_ids_key(ids: tuple[int, ...]) -> tuple[int, ...]:
-    """``ids`` as a request holds them: long ones as :class:`LongTokenIds` (of ints)."""
+    """``ids`` as a request holds them: long ones as [`LongTokenIds`][] (of ints)."""
     if len(ids) >= LONG_PROMPT and type(ids) is tuple:
         _untrack(ids := LongTokenIds(ids))  # else every collection reads every id of every key
     return ids
@@ -47,7 +47,7 @@ class Request(NamedTuple):
     """One next-token query: the prompt and the LoRA adapter (None = base model).
 
     ``generation`` is the version of the adapter the request was made for (0 for the
-    base model; see :mod:`genlm_core.lm._adapters`): requests and cached rows of a replaced
+    base model; see `genlm_core.lm._adapters`): requests and cached rows of a replaced
     adapter never equal those of its successor.
     """
 
@@ -62,7 +62,7 @@ class PrefixRequest:
 
     Only prefixes ending at position ``start`` or later are asked for: row ``j``
     answers ``token_ids[: start + j + 1]``. A dataclass, not a tuple, so it never
-    equals (and is never deduplicated with) the :class:`Request` of the same tokens.
+    equals (and is never deduplicated with) the [`Request`][] of the same tokens.
     """
 
     token_ids: tuple[int, ...]

@@ -1,6 +1,6 @@
 """How a model's batches are computed: adapters made current, rows checked, cached, copied.
 
-:class:`RowComputation` sits between the batcher and the backend's ``compute_batch``;
+[`RowComputation`][] sits between the batcher and the backend's ``compute_batch``;
 on a GPU its checks and copies are batched (docs/architecture.md, "Rows").
 """
 
@@ -28,7 +28,7 @@ Key = Request | PrefixRequest
 
 
 class RowComputation:
-    """The batch function of a :class:`~genlm_core.lm.BatchedAsyncLM`, and its counts.
+    """The batch function of a [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM], and its counts.
 
     Handed everything it uses: the backend that computes rows, the gate it computes
     under, the adapters it makes current, the output cache and row pool it fills, the
@@ -82,7 +82,7 @@ class RowComputation:
 
         Under the model's gate. A request whose adapter was replaced is computed with
         the current version; one whose adapter was removed, or whose row the backend got
-        wrong, gets a :class:`RequestFailure` of its own. With ``for_callers`` (the
+        wrong, gets a [`RequestFailure`][] of its own. With ``for_callers`` (the
         batcher), each result is a tensor nobody else holds, copied here off the loop.
         """
         with self._gate.computing():
@@ -174,7 +174,7 @@ class RowComputation:
     def checked_rows(self, reqs: list[Request], outs: list[Any], method: str) -> list[Any]:
         """Each of ``outs`` if it is a valid row for its request (owned), else a failure.
 
-        Valid: float32, shape ``(len(byte_vocab),)``, on :attr:`row_device`, largest
+        Valid: float32, shape ``(len(byte_vocab),)``, on [`row_device`][], largest
         entry finite and <= 1e-3 (log-probs, not logits; no NaN).
         """
         width = self.width
@@ -246,19 +246,19 @@ class RowComputation:
 def _row_maxima(rows: list[torch.Tensor]) -> list[float]:
     """The largest entry of each row (NaN where a row has one).
 
-    CPU rows one by one; device rows with :func:`batched_row_maxima`, one host read-back.
+    CPU rows one by one; device rows with [`batched_row_maxima`][], one host read-back.
     """
     if rows[0].device.type == "cpu":
         return [row.max().item() for row in rows]
     return batched_row_maxima(rows)
 
 
-#: Most bytes of device rows stacked at once by :func:`batched_row_maxima`.
+#: Most bytes of device rows stacked at once by [`batched_row_maxima`][].
 CHECK_CHUNK_BYTES = 64 << 20
 
 
 def batched_row_maxima(rows: list[torch.Tensor]) -> list[float]:
-    """:func:`_row_maxima`'s device path: stacked in chunks of :data:`CHECK_CHUNK_BYTES`."""
+    """`_row_maxima`'s device path: stacked in chunks of [`CHECK_CHUNK_BYTES`][]."""
     per = max(1, CHECK_CHUNK_BYTES // max(1, rows[0].nbytes))
     maxima = [torch.stack(rows[lo : lo + per]).amax(dim=1) for lo in range(0, len(rows), per)]
     return torch.cat(maxima).tolist()
@@ -273,7 +273,7 @@ def private(row: torch.Tensor) -> torch.Tensor:
 
 
 def private_rows(rows: list[torch.Tensor]) -> list[torch.Tensor]:
-    """:func:`private` of each row; on a GPU one multi-tensor copy instead of one per row."""
+    """[`private`][] of each row; on a GPU one multi-tensor copy instead of one per row."""
     if not rows:
         return []
     if rows[0].device.type == "cpu" or len(rows) == 1:
@@ -284,7 +284,7 @@ def private_rows(rows: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _private_or_failures(rows: list[torch.Tensor]) -> list[Any]:
-    """:func:`private_rows`; where a copy fails (memory pressure), that row's failure alone."""
+    """[`private_rows`][]; where a copy fails (memory pressure), that row's failure alone."""
     try:
         return private_rows(rows)
     except Exception:  # noqa: BLE001 - retried one by one: only the failing row fails
@@ -298,7 +298,7 @@ def _private_or_failures(rows: list[torch.Tensor]) -> list[Any]:
 
 
 def raise_failures(results: list[Any]) -> list[Any]:
-    """Batch results for a sync caller: raise the first :class:`RequestFailure`'s error."""
+    """Batch results for a sync caller: raise the first [`RequestFailure`][]'s error."""
     for result in results:
         if type(result) is RequestFailure:
             raise result.error

@@ -16,7 +16,7 @@ def sampling_args(
     """Validate ``sample``'s arguments; return the EOS ids and a seeded generator (or None).
 
     Public so that a backend with its own sampler refuses bad input exactly like
-    :meth:`AsyncLMBase.sample` does.
+    [`AsyncLMBase.sample`][] does.
 
     Raises:
         ValueError: Naming the bad value and the fix.

@@ -1,7 +1,7 @@
 """From a model name to a running backend: choosing it, resolving the name, the options.
 
-:func:`load_model_by_name` picks and loads; :func:`resolve_model_name` turns a name into
-what a backend loads; :func:`describe_options` lists a loader's options.
+[`load_model_by_name`][] picks and loads; [`resolve_model_name`][] turns a name into
+what a backend loads; [`describe_options`][] lists a loader's options.
 """
 
 from __future__ import annotations

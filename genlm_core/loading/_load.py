@@ -85,11 +85,11 @@ def load_model_by_name(
         plugin_manager: Defaults to the process-wide manager (tests pass their own).
 
     Returns:
-        An :class:`~genlm_core.lm.AsyncLM`.
+        An [`AsyncLM`][genlm_core.lm.AsyncLM].
 
     Raises:
         UnknownBackendError, BackendUnavailableError, NoBackendAvailableError: See
-            :func:`resolve_backend`.
+            [`resolve_backend`][].
         PluginLoadError: The backend's module failed to import.
         InvalidOptionError: ``llm_opts`` holds an option the backend does not take
             (checked before anything is loaded; the message lists the valid ones).

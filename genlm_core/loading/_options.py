@@ -1,6 +1,6 @@
 """Loading options: dtypes, engine options, and the options' descriptions.
 
-Which options a backend accepts is the contract's (:mod:`genlm_core.lm._options`).
+Which options a backend accepts is the contract's (`genlm_core.lm._options`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def check_dtype(dtype: Any, backend: str) -> str:
-    """``dtype`` as one of :data:`DTYPES` (a ``torch.dtype`` is accepted by its name).
+    """``dtype`` as one of [`DTYPES`][] (a ``torch.dtype`` is accepted by its name).
 
     Raises:
         InvalidArgumentError: Any other value, naming the backend and the choices.
@@ -96,7 +96,11 @@ def _arg_docs(func: Any) -> dict[str, str]:
             docs[current] = match[3].strip()
         elif current and line.strip():
             docs[current] += " " + line.strip()
-    return docs
+    return {name: _CROSSREF.sub(r"\1", text) for name, text in docs.items()}
+
+
+#: A docs cross-reference, ``[`name`][target]``: a terminal shows ``name`` alone.
+_CROSSREF = re.compile(r"\[(`[^`]+`)\]\[[^\]]*\]")
 
 
 def _first_sentence(text: str) -> str:
@@ -107,7 +111,7 @@ def _first_sentence(text: str) -> str:
 def describe_options(target: Callable[..., Any] | type) -> list[Option]:
     """Every keyword option ``target`` accepts, with its default and its description.
 
-    Follows the same chain as :func:`accepted_options` (``from_name``, then each
+    Follows the same chain as [`accepted_options`][] (``from_name``, then each
     ``__init__`` up the class hierarchy while ``**kwargs`` are passed on); an option
     taken at two levels is described where it is first met.
     """

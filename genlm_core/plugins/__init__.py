@@ -2,7 +2,7 @@
 
 A backend plugin is a module with a ``genlm_register_backends`` hook, named by an entry
 point in the ``genlm.backends`` group. ``docs/plugin-quickstart.md`` walks through one;
-:mod:`genlm_core.plugins.hookspecs` lists every hook.
+`genlm_core.plugins.hookspecs` lists every hook.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A plugin is a module named by an entry point (group ``genlm.backends``, ``genlm.tries``
 or, for the other hooks, ``genlm.plugins``) holding functions decorated with
-:data:`genlm_core.plugins.hookimpl`. It is imported whenever a backend is listed or
+[`genlm_core.plugins.hookimpl`][]. It is imported whenever a backend is listed or
 loaded, so keep it import-light.
 """
 
@@ -30,7 +30,7 @@ def genlm_register_backends(register: Callable[[BackendSpec], None]) -> None:
     Called whenever backends are listed or loaded: register the same specs each time.
 
     Args:
-        register: Call it with one :class:`~genlm_core.plugins.BackendSpec` per
+        register: Call it with one [`BackendSpec`][genlm_core.plugins.BackendSpec] per
             backend. Registering a name twice (here or in another plugin) makes that
             name unusable until one plugin is removed: genlm never picks silently.
     """
@@ -38,7 +38,7 @@ def genlm_register_backends(register: Callable[[BackendSpec], None]) -> None:
 
 @hookspec
 def genlm_register_tries(register: Callable[[TrieSpec], None]) -> None:
-    """Register this plugin's token tries: one :class:`~genlm_core.plugins.TrieSpec` each."""
+    """Register this plugin's token tries: one [`TrieSpec`][genlm_core.plugins.TrieSpec] each."""
 
 
 @hookspec(firstresult=True)
@@ -59,7 +59,7 @@ def genlm_select_backend(model_name: str, candidates: list[str]) -> str | None:
 def genlm_resolve_model_name(name: str) -> str | None:
     """Turn a model name this plugin knows into a local directory a backend can load.
 
-    Asked by :func:`~genlm_core.loading.resolve_model_name` (which every official
+    Asked by [`resolve_model_name`][genlm_core.loading.resolve_model_name] (which every official
     backend's ``from_name`` calls) for a name that is not an existing directory, before
     it is taken for a hub id. genlm-core's embedded models (``genlm_assets``) answer here.
 
@@ -74,10 +74,10 @@ def genlm_model_names() -> list[str]:
     """The model names this plugin resolves with no model hub, the one to suggest first.
 
     The core suggests them when a name cannot be loaded, and
-    :func:`~genlm_core.loading.embedded_model` recognizes them (any case).
+    [`embedded_model`][genlm_core.loading.embedded_model] recognizes them (any case).
 
     Returns:
-        Lowercase names, each one :func:`genlm_resolve_model_name` answers.
+        Lowercase names, each one [`genlm_resolve_model_name`][] answers.
     """
 
 

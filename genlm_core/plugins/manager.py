@@ -2,7 +2,7 @@
 
 Unlike pluggy's ``load_setuptools_entrypoints``, which stops at the first plugin that
 fails to import, each entry point loads on its own; a failure is recorded in
-:attr:`GenlmPluginManager.broken` (``genlm backends`` shows it).
+[`GenlmPluginManager.broken`][] (``genlm backends`` shows it).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The project's own backends: which are not installed, and the command to install each.
 
 What genlm-core knows of them is the table ``official.toml``; each plugin owns its
-install recipe (``install.toml``, read by :mod:`genlm_core.plugins._recipe`). This
+install recipe (``install.toml``, read by `genlm_core.plugins._recipe`). This
 module finds the recipe and words it for this machine (docs/maintainers.md).
 """
 
@@ -229,7 +229,7 @@ def diagnose(dist: str, plugin: str, what: str, pm: GenlmPluginManager) -> tuple
 
 
 def install_note(name: str, host: Host | None = None) -> str:
-    """The plugin's note on :func:`install_command` for ``host`` (why that extra, or why not).
+    """The plugin's note on [`install_command`][] for ``host`` (why that extra, or why not).
 
     Without the plugin's recipe, the note says how to get the rest.
     """
@@ -239,7 +239,7 @@ def install_note(name: str, host: Host | None = None) -> str:
 
 
 def install_hint(name: str, host: Host | None = None) -> str:
-    """:func:`install_command` followed by :func:`install_note` in parentheses, if any."""
+    """[`install_command`][] followed by [`install_note`][] in parentheses, if any."""
     command, note = install_command(name, host), install_note(name, host)
     return f"{command} ({note})" if note else command
 

@@ -3,7 +3,7 @@
 The core registers only the pure-NumPy ``reference`` trie; the fast ones ship apart
 (each in its folder under ``plugins/``) and register through ``genlm.tries`` like any plugin. This
 table lets ``genlm backends`` and the trie registry name the missing ones with their
-install command, as :mod:`genlm_core.plugins.official` does for backends.
+install command, as [`genlm_core.plugins.official`][] does for backends.
 """
 
 from __future__ import annotations

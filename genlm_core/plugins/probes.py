@@ -94,7 +94,7 @@ def driver_gpu_count() -> tuple[int, str]:
 
 
 def has_nvidia_gpu() -> bool:
-    """True when this process can use an NVIDIA GPU (see :func:`nvidia_gpu_count`)."""
+    """True when this process can use an NVIDIA GPU (see `nvidia_gpu_count`)."""
     return nvidia_gpu_count()[0] > 0
 
 

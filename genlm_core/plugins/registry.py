@@ -181,7 +181,7 @@ class _Registry(Generic[S]):
         return list(unique)  # names a misspelling may have meant
 
     def require_available(self, name: str) -> Registered[S]:
-        """Like :meth:`get`, but also require the probe to pass.
+        """Like [`get`][], but also require the probe to pass.
 
         Raises:
             BackendUnavailableError: Installed but cannot run here; says why.

@@ -1,4 +1,4 @@
-"""What a plugin registers: :class:`BackendSpec`, :class:`TrieSpec`, :class:`Availability`.
+"""What a plugin registers: [`BackendSpec`][], [`TrieSpec`][], [`Availability`][].
 
 Import-light data classes: the engine is named by a ``"module:attr"`` string, imported
 only when a user loads that backend.
@@ -83,7 +83,7 @@ def resolve_loader(loader: str | Callable[..., Any], *, what: str) -> Callable[.
 
 @dataclass(frozen=True)
 class _Spec:
-    """The fields, checks and methods :class:`BackendSpec` and :class:`TrieSpec` share."""
+    """The fields, checks and methods [`BackendSpec`][] and [`TrieSpec`][] share."""
 
     _what: ClassVar[str]
     name: str
@@ -146,7 +146,7 @@ class BackendSpec(_Spec):
             imported only when the backend is loaded (so discovery stays cheap).
         priority: Higher wins among available automatic backends
             (built-ins: vllm 100, sgl 90, mlx on Apple silicon 80, hf 50).
-        check: Cheap probe returning :class:`Availability`. It must not import the
+        check: Cheap probe returning [`Availability`][]. It must not import the
             engine or initialise CUDA.
         auto: If False the backend is used only when named explicitly.
         description: One line shown by ``genlm backends``.
@@ -166,7 +166,7 @@ class TrieSpec(_Spec):
         name: What users pass as ``backend=`` to ``AsyncTokenCharacterTrie.from_vocab``.
         loader: ``"module:attr"`` of the trie class (or a factory ``(vocab, **kw) -> trie``).
         priority: Higher wins among available automatic implementations.
-        check: Cheap probe returning :class:`Availability`.
+        check: Cheap probe returning [`Availability`][].
         auto: If False the implementation is used only when named.
         kind: ``"character"`` (genlm-backend's TokenCharacterTrie family) or
             ``"byte"`` (genlm-bytes' TokenByteTrie family).

@@ -1,6 +1,6 @@
 """The request path between a model's callers and its backend: batcher, gate, caches.
 
-:class:`~genlm_core.lm.BatchedAsyncLM` puts these together; use them directly to batch
+[`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM] puts these together; use them directly to batch
 anything else (the async tries do).
 """
 

@@ -22,13 +22,13 @@ _running_loop = asyncio._get_running_loop  # the running loop or None (asyncio e
 class AutoBatcher(Generic[K, R]):
     """Request-coalescing scheduler: many ``await submit(key)`` -> few ``batch_fn(keys)``.
 
-    Bound to the event loop it is made in (:class:`~genlm_core.runtime.LoopBatchers`
-    makes one per loop); ``batch_fn`` runs in a :class:`~genlm_core.runtime.WorkerThread`.
+    Bound to the event loop it is made in ([`LoopBatchers`][genlm_core.runtime.LoopBatchers]
+    makes one per loop); ``batch_fn`` runs in a [`WorkerThread`][genlm_core.runtime.WorkerThread].
 
     Args:
         batch_fn: Called in the worker thread with a list of unique keys; returns one
-            result per key, in order (a :class:`RequestFailure` fails that key alone).
-        max_batch_size: Most keys a batch (see :attr:`policy` for when a batch goes).
+            result per key, in order (a [`RequestFailure`][] fails that key alone).
+        max_batch_size: Most keys a batch (see [`policy`][] for when a batch goes).
         max_wait: Seconds the first request may wait (with ``adaptive``, a cap).
         adaptive: Also send once a pass of the event loop adds no key.
         name: Names it in errors, and names a thread of its own.
@@ -37,7 +37,7 @@ class AutoBatcher(Generic[K, R]):
         copy_result: When several callers wait for one key, the first gets the result
             and each other one ``copy_result(result)``. None: they share the object.
         closed_error: Makes the error callers get once it is closed (default:
-            :class:`BatcherClosedError`).
+            [`BatcherClosedError`][]).
 
     Raises ValueError for a bad argument, BatcherLoopError outside a running event loop.
     Use: ``await batcher.submit(key)`` from many coroutines, then ``await batcher.aclose()``.
@@ -82,7 +82,7 @@ class AutoBatcher(Generic[K, R]):
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` or :meth:`aclose` was called."""
+        """Whether [`close`][] or [`aclose`][] was called."""
         return self._closed
 
     @property
@@ -122,7 +122,7 @@ class AutoBatcher(Generic[K, R]):
             raise
 
     async def aclose(self, *, drain: bool = False) -> None:
-        """:meth:`close`, then wait until every batch answered; ``drain``: queued ones run."""
+        """[`close`][], then wait until every batch answered; ``drain``: queued ones run."""
         on_our_loop = asyncio.get_running_loop() is self._loop_ref()
         self._draining |= drain and on_our_loop and not self._closed
         self.close()

@@ -38,7 +38,7 @@ _RECORD_FIELDS = 8
 def key_nbytes(key: Any) -> int:
     """Bytes a cache key holds: itself and, for a record, its tuple and string fields.
 
-    A :class:`~genlm_core.lm.Request` counts its token-id tuple, not the int objects
+    A [`Request`][genlm_core.lm.Request] counts its token-id tuple, not the int objects
     (shared by Python and by the keys of a prompt's prefixes): constant time.
     """
     size = sys.getsizeof(key)
@@ -102,7 +102,7 @@ class OutputCache:
 
     @property
     def maxsize(self) -> int | None:
-        """genlm-backend's name for :attr:`max_entries`."""
+        """genlm-backend's name for [`max_entries`][]."""
         return self.max_entries
 
     @property

@@ -29,7 +29,7 @@ class Added(enum.Enum):
 
 
 class Step(enum.Enum):
-    """What the batcher's worker does next (see :meth:`DispatchPolicy.next_step`)."""
+    """What the batcher's worker does next (see [`DispatchPolicy.next_step`][])."""
 
     SEND = "send the next batch to the worker thread now"
     HOLD = "wait until the pending batch is due, then send it"
@@ -52,7 +52,7 @@ class DispatchPolicy(Generic[K]):
         max_batch_size: Most keys in one batch.
         max_wait: Seconds the first request may wait; with ``adaptive`` only a cap
             (0 = no cap besides ``max_batch_size``).
-        adaptive: Also due once a pass adds nothing (see :meth:`due`).
+        adaptive: Also due once a pass adds nothing (see [`due`][]).
         clock: Seconds, monotonic (the batcher passes its loop's ``time``).
 
     Raises ValueError (naming the value) for a bad ``max_batch_size`` or ``max_wait``.

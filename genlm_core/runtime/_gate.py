@@ -28,7 +28,7 @@ class ComputeGate:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
+        """Whether [`close`][] was called."""
         return self._closed_error is not None
 
     def close(self, error: Callable[[], BaseException]) -> None:
@@ -46,7 +46,7 @@ class ComputeGate:
         """Hold while computing with the model.
 
         Raises:
-            Exception: ``error()`` of :meth:`close`, once the gate is closed.
+            Exception: ``error()`` of [`close`][], once the gate is closed.
         """
         me = threading.get_ident()
         with self._cond:

@@ -37,11 +37,11 @@ def trim_heap() -> bool:
 
 
 class HeapTrimmer:
-    """Calls :func:`trim_heap` from :meth:`maybe_trim` at most once per ``interval``.
+    """Calls [`trim_heap`][] from [`maybe_trim`][] at most once per ``interval``.
 
     Args:
         interval: Least seconds between two trims (0: trim on every call).
-        enabled: False makes :meth:`maybe_trim` a no-op (e.g. a user who tunes the
+        enabled: False makes [`maybe_trim`][] a no-op (e.g. a user who tunes the
             allocator with ``MALLOC_ARENA_MAX`` or jemalloc themselves).
     """
 
@@ -107,7 +107,7 @@ def freeze_heap() -> None:
 
 
 def thaw_heap() -> None:
-    """``gc.unfreeze()`` if :func:`freeze_heap` froze: objects dead in cycles can then go."""
+    """``gc.unfreeze()`` if [`freeze_heap`][] froze: objects dead in cycles can then go."""
     global _frozen
     if _frozen:
         _frozen = False

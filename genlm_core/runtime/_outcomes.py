@@ -30,7 +30,7 @@ class RequestFailure:
 
 @dataclasses.dataclass
 class BatcherStats:
-    """Counters of an :class:`AutoBatcher` since it was created.
+    """Counters of an [`AutoBatcher`][] since it was created.
 
     Attributes:
         requests: Keys submitted (each key of ``submit_many`` counts once).
@@ -49,7 +49,7 @@ class BatcherStats:
 
 
 def failure_of(value: Any) -> BaseException | None:
-    """The error of a :class:`RequestFailure` result, None for an ordinary result."""
+    """The error of a [`RequestFailure`][] result, None for an ordinary result."""
     return value.error if type(value) is RequestFailure else None
 
 

@@ -16,10 +16,10 @@ class LoopBatchers:
     """The batchers of one batch function, one per event loop it is used from.
 
     Args:
-        batch_fn: The batch function of every batcher (see :class:`AutoBatcher`).
+        batch_fn: The batch function of every batcher (see [`AutoBatcher`][]).
         name: Names the batchers and the worker thread in errors.
         initializer: Called once in the worker thread before its first batch.
-        **options: Passed to each :class:`AutoBatcher` (``max_batch_size``,
+        **options: Passed to each [`AutoBatcher`][] (``max_batch_size``,
             ``max_wait``, ``copy_result``).
     """
 
@@ -65,7 +65,7 @@ class LoopBatchers:
             return batcher
 
     async def aclose(self, *, drain: bool = False) -> None:
-        """Close every batcher, waiting for the running loop's (see :meth:`AutoBatcher.aclose`)."""
+        """Close every batcher, waiting for the running loop's (see [`AutoBatcher.aclose`][])."""
         mine = self._batchers.get(asyncio.get_running_loop())
         try:
             if mine is not None and not mine.closed:

@@ -22,7 +22,7 @@ from genlm_core.checks import is_int_at_least
 
 @dataclasses.dataclass(frozen=True)
 class RowPoolStats:
-    """A snapshot of a :class:`RowPool`.
+    """A snapshot of a [`RowPool`][].
 
     Attributes:
         free_rows: Slots waiting for reuse.

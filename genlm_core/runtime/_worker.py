@@ -22,7 +22,7 @@ class WorkerThread:
     Args:
         name: The thread's name (shown in errors).
         initializer: Called once in the thread before its first batch. If it raises,
-            every batch fails with :class:`~genlm_core.errors.WorkerInitError`.
+            every batch fails with [`WorkerInitError`][genlm_core.errors.WorkerInitError].
     """
 
     def __init__(self, name: str, initializer: Callable[[], None] | None = None) -> None:
@@ -60,7 +60,7 @@ class WorkerThread:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`shutdown` was called."""
+        """Whether [`shutdown`][] was called."""
         return self._closed
 
     def shutdown(self) -> None:

@@ -1,9 +1,9 @@
 """Testing helpers shipped in the wheel, for genlm-core and for plugin authors.
 
-* :class:`MockAsyncLM`: deterministic offline model (also the ``mock`` backend).
-* :func:`ByteTokenizer`: a real 257-token byte-level tokenizer built in memory.
-* :class:`AsyncLMConformance`: the standard test suite every backend subclasses;
-  :class:`LoraConformance`: the suite for backends that load LoRA adapters.
+* [`MockAsyncLM`][]: deterministic offline model (also the ``mock`` backend).
+* [`ByteTokenizer`][]: a real 257-token byte-level tokenizer built in memory.
+* [`AsyncLMConformance`][]: the standard test suite every backend subclasses;
+  [`LoraConformance`][]: the suite for backends that load LoRA adapters.
 * ``genlm_core.testing.pytest_plugin``: markers and fixtures; opt in with
   ``pytest_plugins = ["genlm_core.testing.pytest_plugin"]`` in a root conftest.
 * ``genlm_assets``: registry-sourced tokenizers and tiny models.

@@ -1,4 +1,4 @@
-"""Moved to :mod:`genlm_assets` (users fetch the default model too, not only tests).
+"""Moved to [`genlm_assets`][] (users fetch the default model too, not only tests).
 
 Kept so that ``genlm_core.testing.assets`` imports and
 ``python -m genlm_core.testing.assets fetch`` keep working.

@@ -11,7 +11,7 @@ library's own work, so the model must cost almost nothing. Drawing and normalisi
 fresh logits per request took 1-8 ms a row over a 128k-262k vocabulary (most of a
 10 KB ``log_likelihood``); instead a few normalised base rows are drawn once per
 temperature, and each request's row is one of them permuted by the request's seed
-(:func:`_fill`): every 1/8 of the vocabulary rotated by its own amount, written
+(`_fill`): every 1/8 of the vocabulary rotated by its own amount, written
 straight into the row pool's memory. A permutation keeps the row's log-sum-exp
 exactly (the same float32 values), and a rotation is two memory copies.
 """
@@ -34,7 +34,7 @@ from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
 __all__ = ["MockAsyncLM"]
 
 #: Normalised base rows drawn per temperature (more for a tiny vocabulary, see
-#: :func:`_base_count`), and blocks of the vocabulary each rotated by its own amount.
+#: `_base_count`), and blocks of the vocabulary each rotated by its own amount.
 BASE_ROWS = 8
 BLOCKS = 8
 #: The base rows' generator seed (the same in every process).
@@ -62,11 +62,11 @@ class MockAsyncLM(BatchedAsyncLM):
         tokenizer: Any Hugging Face tokenizer.
         temperature: Scale of the pseudo-random logits (standard normal ones divided by
             it); lower is peakier.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`
+        **kwargs: Passed to [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM]
             (``batch_size``, ``max_wait``, ``cache_size``, ``vocab_size``, ...).
 
     Each row is a permutation of one of a few base rows, chosen by a 64-bit seed of
-    the request (:func:`_seed`: its token ids and its adapter's bytes). Two different
+    the request (`_seed`: its token ids and its adapter's bytes). Two different
     requests get the same row only if their seeds choose the same base row and the
     same rotations: odds of 1 in ``bases x prod(block sizes)`` (about 2^43 for a
     256-token vocabulary, beyond the seed's own 2^64 from 4k tokens on), plus 2^-64
@@ -74,11 +74,11 @@ class MockAsyncLM(BatchedAsyncLM):
 
     Attributes:
         batches: The size of each computed batch, oldest first, for tests and demos:
-            the last :attr:`recorded_batches` only, so a long-running program using the
+            the last [`recorded_batches`][] only, so a long-running program using the
             mock keeps a bounded list.
     """
 
-    #: Most batch sizes :attr:`batches` keeps (the oldest are dropped).
+    #: Most batch sizes [`batches`][] keeps (the oldest are dropped).
     recorded_batches: int = 1024
     # genlm-backend 0.3.1's methods, kept for its clients (see genlm_core.compat.model_methods).
     reset_async_queries = _compat.reset_async_queries
@@ -172,7 +172,7 @@ def _seed(req: Request, adapter: bytes | None) -> int:
 
 
 def _base_count(n: int) -> int:
-    """Base rows for an ``n``-token vocabulary: :data:`BASE_ROWS`, more below 8k tokens.
+    """Base rows for an ``n``-token vocabulary: [`BASE_ROWS`][], more below 8k tokens.
 
     At least 64k values in all, so a tiny vocabulary still has many distinct rows.
     """
@@ -190,7 +190,7 @@ def _mix(x: int) -> tuple[int, int]:
 def _fill(out: np.ndarray, bases: np.ndarray, seed: int) -> None:
     """Write the row of ``seed`` into ``out``: a base row, each block rotated.
 
-    The seed picks the base row, then each of :data:`BLOCKS` equal parts of the
+    The seed picks the base row, then each of [`BLOCKS`][] equal parts of the
     vocabulary is rotated by an amount drawn from it: a permutation, so ``out`` holds
     the base row's values exactly (normalised as it is) in an order of the seed's.
     """

@@ -56,19 +56,19 @@ def plugin_manager() -> GenlmPluginManager:
 
 @pytest.fixture
 def registry(plugin_manager: GenlmPluginManager) -> BackendRegistry:
-    """The backend registry of the isolated :func:`plugin_manager`."""
+    """The backend registry of the isolated [`plugin_manager`][]."""
     return BackendRegistry(plugin_manager)
 
 
 @pytest.fixture
 def trie_registry(plugin_manager: GenlmPluginManager) -> TrieRegistry:
-    """The trie registry of the isolated :func:`plugin_manager`."""
+    """The trie registry of the isolated [`plugin_manager`][]."""
     return TrieRegistry(plugin_manager)
 
 
 @pytest.fixture
 def register_plugin(plugin_manager: GenlmPluginManager) -> Iterator[Callable[..., str]]:
-    """Register in-test plugin objects on :func:`plugin_manager`; unregistered afterwards."""
+    """Register in-test plugin objects on [`plugin_manager`][]; unregistered afterwards."""
     names: list[str] = []
 
     def _register(plugin: object, name: str | None = None) -> str:

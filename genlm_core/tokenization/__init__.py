@@ -3,7 +3,8 @@
 ``decode_vocab(tokenizer)`` returns ``(byte_vocab, str_vocab)`` as genlm-backend does,
 with ``byte_vocab[i].token_id == i`` for every id (holes and padding are empty tokens).
 The strategy is read from the tokenizer's declared decoder and checked by a round
-trip; unsupported tokenizers raise :class:`~genlm_core.errors.UnsupportedTokenizerError`.
+trip; unsupported tokenizers raise
+[`UnsupportedTokenizerError`][genlm_core.errors.UnsupportedTokenizerError].
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def sentencepiece_bytes(
 ) -> list[bytes]:
     """Decode SentencePiece pieces: meta symbol -> space, ``<0xAB>`` -> that byte, else UTF-8.
 
-    ``texts`` has one piece per id; ``byte_pieces`` is from :func:`byte_piece_ids`.
+    ``texts`` has one piece per id; ``byte_pieces`` is from [`byte_piece_ids`][].
     """
     byte_strings = [text.replace(meta_symbol, " ").encode() for text in texts]
     for token_id, b in byte_pieces.items():

@@ -1,7 +1,7 @@
 """Pick how to turn a tokenizer's vocabulary into bytes, from what the tokenizer declares.
 
 The order of evidence is in docs/architecture.md ("Decoding a vocabulary"); every result
-is checked by :func:`~genlm_core.tokenization.validation.check_round_trip`.
+is checked by [`check_round_trip`][genlm_core.tokenization.validation.check_round_trip].
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def _checked(
     decode_batch: BatchDecoder | None,
     encode: Callable[[str], Sequence[int]] | None,
 ) -> RawByteVocab:
-    """``raw`` once its bytes pass :func:`check_round_trip` (``skip``: ids not checked)."""
+    """``raw`` once its bytes pass [`check_round_trip`][] (``skip``: ids not checked)."""
     name = tokenizer_name(tokenizer)
     check_round_trip(raw.byte_strings, skip, decode_batch, encode, tokenizer_name=name, how=raw.how)
     return raw

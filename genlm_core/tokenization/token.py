@@ -17,7 +17,7 @@ class Token(bytes):
     spell the same bytes); against plain ``bytes``, comparisons fall back to the byte
     content (``Token(5, b"a") == b"a"``). As in genlm-backend, ``hash`` is always the
     id's, so a set or dict key should hold either Tokens or plain bytes, not a mix (use
-    :meth:`as_bytes` to normalize).
+    [`as_bytes`][] to normalize).
 
     Built as ``Token(token_id, byte_string)``; the id is the token's index in the logits.
 

@@ -115,7 +115,7 @@ def decode_vocab(
             or a tiktoken-style tokenizer.
         byte2str_fallback: How ``str_vocab`` spells tokens that are not valid UTF-8:
             ``"tokenizer"`` (default), ``"latin1"`` or ``"replace"``; see
-            :func:`bytes_to_strs`.
+            [`bytes_to_strs`][].
         vocab_size: The model's logits width. When larger than the tokenizer's id range,
             the vocabulary is padded with empty tokens up to it. ``None``: the
             tokenizer's largest id + 1.
@@ -163,7 +163,7 @@ def get_byte_vocab(tokenizer: Any) -> list[bytes]:
     """The byte string of every token id up to the largest (plain bytes; ``b""`` at holes).
 
     Raises:
-        UnsupportedTokenizerError: As for :func:`decode_vocab`.
+        UnsupportedTokenizerError: As for [`decode_vocab`][].
     """
     with gc_paused():
         return read_byte_vocab(tokenizer).byte_strings

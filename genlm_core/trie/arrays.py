@@ -1,7 +1,7 @@
 """The flat arrays every trie implementation fills: the core's shared trie layout.
 
 NumPy only: the reference trie builds them in Python, the plugins' (``genlm-trie-numba``)
-with compiled kernels; :class:`~genlm_core.trie.base.CharacterTrieBase` and the views
+with compiled kernels; [`CharacterTrieBase`][genlm_core.trie.base.CharacterTrieBase] and the views
 read them whichever built them.
 """
 

@@ -33,8 +33,8 @@ class AsyncTokenCharacterTrie:
     """Batch concurrent ``weight_sum``/``weight_max`` requests over one trie.
 
     Args:
-        trie: Any :class:`~genlm_core.trie.protocols.CharacterTrie` (e.g. a
-            :class:`~genlm_core.trie.ReferenceTokenCharacterTrie`,
+        trie: Any [`CharacterTrie`][genlm_core.trie.protocols.CharacterTrie] (e.g. a
+            [`ReferenceTokenCharacterTrie`][genlm_core.trie.ReferenceTokenCharacterTrie],
             or genlm-trie-numba's ``TokenCharacterTrie``).
         max_batch_size: Most distributions computed in one batch call.
         max_wait: Seconds the first request of a batch may wait for company; by
@@ -116,7 +116,7 @@ class AsyncTokenCharacterTrie:
         await self._batchers.aclose()
 
     def shutdown(self) -> None:
-        """Synchronous :meth:`cleanup` (does not wait for the running batch)."""
+        """Synchronous [`cleanup`][] (does not wait for the running batch)."""
         self._batchers.close()
 
     async def _submit(self, op: Hashable, ws: Any) -> Any:
@@ -157,7 +157,7 @@ class AsyncTokenCharacterTrie:
 class AsyncTokenByteTrie(AsyncTokenCharacterTrie):
     """genlm-bytes' ``AsyncTokenByteTrie``: batches requests per (operation, mode).
 
-    Arguments as :class:`AsyncTokenCharacterTrie`'s; ``trie`` is a
+    Arguments as [`AsyncTokenCharacterTrie`][]'s; ``trie`` is a
     byte trie (genlm-trie-numba's ``TokenByteTrie``).
     """
 

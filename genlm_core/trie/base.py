@@ -22,7 +22,7 @@ __all__ = ["CharacterTrieBase", "FlatTrie"]
 
 
 class FlatTrie:
-    """What every trie on :class:`TrieArrays` shares (genlm-trie-numba's byte trie too)."""
+    """What every trie on [`TrieArrays`][] shares (genlm-trie-numba's byte trie too)."""
 
     decode: Sequence[Any]
     word2leaf: dict[Hashable, int]
@@ -111,21 +111,21 @@ class CharacterTrieBase(FlatTrie):
         return self._one("sum", "weight_sum", ws)
 
     def weight_max(self, ws: Any) -> np.ndarray:
-        """Max weight of the vocabulary entries below every node, as :meth:`weight_sum`.
+        """Max weight of the vocabulary entries below every node, as [`weight_sum`][].
 
         Correct for log-space weights: an inner node starts from -inf, not 0.
         """
         return self._one("max", "weight_max", ws)
 
     def batch_weight_sum(self, ws: Any) -> np.ndarray:
-        """:meth:`weight_sum` of a batch, computed together: shape ``(batch, len(children))``.
+        """[`weight_sum`][] of a batch, computed together: shape ``(batch, len(children))``.
 
         ``ws`` has shape ``(batch, len(decode))``, or is a sequence of weight vectors.
         """
         return self._many("sum", "weight_sum", ws)
 
     def batch_weight_max(self, ws: Any) -> np.ndarray:
-        """:meth:`weight_max` of a batch, as :meth:`batch_weight_sum`."""
+        """[`weight_max`][] of a batch, as [`batch_weight_sum`][]."""
         return self._many("max", "weight_max", ws)
 
     @property
@@ -189,7 +189,7 @@ class CharacterTrieBase(FlatTrie):
             )
 
     def _weights(self, ws: Any, what: str, batch: bool) -> Any:
-        """Weights as :meth:`_fill` takes them (a subclass may keep them on its device)."""
+        """Weights as `_fill` takes them (a subclass may keep them on its device)."""
         return (as_batch if batch else as_vector)(ws, len(self._arrays.token_leaf), what)
 
     def _one(self, op: str, what: str, ws: Any) -> np.ndarray:

@@ -1,7 +1,7 @@
 """What code using a token trie may rely on: typing Protocols, no implementation.
 
 Nodes are integers; node-indexed results are NumPy arrays of length
-``len(trie.children)``. :class:`TrieMode` is here too: byte tries (genlm-bytes'
+``len(trie.children)``. [`TrieMode`][] is here too: byte tries (genlm-bytes'
 ``TokenByteTrie`` family) take it, and ``AsyncTokenByteTrie`` batches by it, whichever
 plugin implements the trie.
 """
@@ -66,17 +66,17 @@ class CharacterTrie(Protocol):
         ...
 
     def batch_weight_sum(self, ws: Any) -> np.ndarray:
-        """:meth:`weight_sum` of ``(batch, len(decode))`` weights (or a list of vectors)."""
+        """[`weight_sum`][] of ``(batch, len(decode))`` weights (or a list of vectors)."""
         ...
 
     def batch_weight_max(self, ws: Any) -> np.ndarray:
-        """:meth:`weight_max` of ``(batch, len(decode))`` weights (or a list of vectors)."""
+        """[`weight_max`][] of ``(batch, len(decode))`` weights (or a list of vectors)."""
         ...
 
 
 @runtime_checkable
 class AsyncCharacterTrie(Protocol):
-    """An asynchronous front to a :class:`CharacterTrie` that batches concurrent requests.
+    """An asynchronous front to a [`CharacterTrie`][] that batches concurrent requests.
 
     Attributes:
         trie: The synchronous trie doing the work.
@@ -85,11 +85,11 @@ class AsyncCharacterTrie(Protocol):
     trie: CharacterTrie
 
     async def weight_sum(self, ws: Any) -> np.ndarray:
-        """Queue a :meth:`CharacterTrie.weight_sum`; concurrent calls are batched."""
+        """Queue a [`CharacterTrie.weight_sum`][]; concurrent calls are batched."""
         ...
 
     async def weight_max(self, ws: Any) -> np.ndarray:
-        """Queue a :meth:`CharacterTrie.weight_max`; concurrent calls are batched."""
+        """Queue a [`CharacterTrie.weight_max`][]; concurrent calls are batched."""
         ...
 
     async def cleanup(self) -> None:

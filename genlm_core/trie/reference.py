@@ -17,7 +17,7 @@ __all__ = ["ReferenceTokenCharacterTrie"]
 
 
 class ReferenceTokenCharacterTrie(CharacterTrieBase):
-    """Pure Python/NumPy implementation of :class:`~genlm_core.trie.TokenCharacterTrie`."""
+    """Pure Python/NumPy implementation of `TokenCharacterTrie` (genlm-trie-numba's)."""
 
     def _build(self, vocab: EncodedVocab) -> TrieArrays:
         offsets = vocab.offsets.tolist()

@@ -11,7 +11,7 @@ __all__ = ["Drawable", "visualize"]
 
 
 class Drawable(Protocol):
-    """What :func:`visualize` reads of a trie (any ``FlatTrie`` has it).
+    """What [`visualize`][] reads of a trie (any ``FlatTrie`` has it).
 
     A Protocol, so this module imports no trie class (``base`` imports it lazily).
     """

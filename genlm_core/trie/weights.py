@@ -1,7 +1,8 @@
 """Check and convert token weights before they reach a kernel.
 
 NumPy arrays, torch tensors (any device) and sequences of either; real dtypes only.
-Bad input raises :class:`~genlm_core.trie.errors.InvalidWeightsError` naming the value.
+Bad input raises [`InvalidWeightsError`][genlm_core.trie.InvalidWeightsError] naming
+the value.
 """
 
 from __future__ import annotations

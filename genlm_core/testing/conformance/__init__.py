@@ -1,6 +1,6 @@
 """The standard AsyncLM test suites every backend inherits.
 
-Subclass :class:`AsyncLMConformance` in your backend's tests and provide an ``lm``
+Subclass [`AsyncLMConformance`][] in your backend's tests and provide an ``lm``
 fixture; every invariant of the AsyncLM contract is then checked for your backend::
 
     class TestMyBackend(AsyncLMConformance):
@@ -10,7 +10,7 @@ fixture; every invariant of the AsyncLM contract is then checked for your backen
             yield model
             model.cleanup()
 
-A backend that loads LoRA adapters also subclasses :class:`LoraConformance`, with an
+A backend that loads LoRA adapters also subclasses [`LoraConformance`][], with an
 ``lm`` fixture of its own model and a ``lora_adapters`` fixture (two adapter paths).
 
 Override a case only to mark it ``@pytest.mark.xfail(reason=...)``: a backend that

@@ -4,7 +4,7 @@ A program may call the sync methods from one thread while async calls run on an 
 loop in another; a backend's ``compute_batch`` must still run one call at a time
 (unless the backend declares ``thread_safe = True``). ``async with lm:`` (and
 ``await lm.aclose()``) returns only once every call made inside has its answer.
-Part of :class:`~genlm_core.testing.AsyncLMConformance`.
+Part of [`AsyncLMConformance`][genlm_core.testing.AsyncLMConformance].
 """
 
 from __future__ import annotations

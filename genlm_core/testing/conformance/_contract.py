@@ -1,6 +1,6 @@
 """The contract's basic invariants: shapes, equivalences, prefixes, bad input, lifecycle.
 
-Part of :class:`~genlm_core.testing.AsyncLMConformance` (see its package docstring).
+Part of [`AsyncLMConformance`][genlm_core.testing.AsyncLMConformance] (see its package docstring).
 """
 
 from __future__ import annotations

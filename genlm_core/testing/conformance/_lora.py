@@ -1,6 +1,6 @@
 """LoRA adapters never go stale: replaced or removed adapters are never served again.
 
-For backends that load LoRA adapters. Subclass :class:`LoraConformance` with an ``lm``
+For backends that load LoRA adapters. Subclass [`LoraConformance`][] with an ``lm``
 fixture (a model of its own: the tests add and remove adapters) and a
 ``lora_adapters`` fixture returning two adapter paths for that model whose outputs
 differ (two versions of "an adapter").

@@ -2,7 +2,7 @@
 
 Samplers mask log-probs in place (``logps[mask] = -inf``). If two callers, or a caller
 and the output cache, shared one tensor, that would silently rewrite the other's
-answer and every later one. Part of :class:`~genlm_core.testing.AsyncLMConformance`.
+answer and every later one. Part of [`AsyncLMConformance`][genlm_core.testing.AsyncLMConformance].
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Once ``cleanup()`` returns, a backend may have freed its weights or its engine, so no
 ``compute_batch`` or ``compute_prefix_batch`` may start; the core guarantees it for
 every backend, with no guard of the backend's own. Callers still waiting get their
-result (their batch was computing) or a :class:`~genlm_core.errors.ModelClosedError`
-naming the model; none hangs. Part of :class:`~genlm_core.testing.AsyncLMConformance`.
+result (their batch was computing) or a [`ModelClosedError`][genlm_core.errors.ModelClosedError]
+naming the model; none hangs. Part of [`AsyncLMConformance`][genlm_core.testing.AsyncLMConformance].
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """genlm-backend-kit: what genlm-core's official backends share, for backend authors.
 
-:class:`PrefixCachedLM` (in-process models with a prefix key/value cache: genlm-hf,
-genlm-mlx), :class:`EngineLM` (engines with their own scheduler: genlm-vllm,
-genlm-sgl), :class:`PrefixTree`, forward planning and engine version checks. A
-backend needs none of it: genlm-core's :class:`~genlm_core.lm.BatchedAsyncLM` and
-:class:`~genlm_core.lm.Backend` are the contract; this kit is shared implementation,
+[`PrefixCachedLM`][] (in-process models with a prefix key/value cache: genlm-hf,
+genlm-mlx), [`EngineLM`][] (engines with their own scheduler: genlm-vllm,
+genlm-sgl), [`PrefixTree`][], forward planning and engine version checks. A
+backend needs none of it: genlm-core's [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM] and
+[`Backend`][genlm_core.lm.Backend] are the contract; this kit is shared implementation,
 so it ships apart from the core.
 """
 

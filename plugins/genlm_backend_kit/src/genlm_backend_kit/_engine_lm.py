@@ -18,13 +18,13 @@ from genlm_core.loading import merge_engine_options, resolve_model_name
 
 
 class EngineLM(BatchedAsyncLM):
-    """A :class:`~genlm_core.lm.BatchedAsyncLM` whose batches run in an engine.
+    """A [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM] whose batches run in an engine.
 
     Args:
-        owns_engine: Whether :meth:`cleanup` shuts the engine down. Pass False to put
-            several wrappers over one engine; the caller then shuts it down.
+        owns_engine: Whether closing the model shuts the engine down. Pass False to
+            put several wrappers over one engine; the caller then shuts it down.
         **kwargs: The batching and cache options of
-            :class:`~genlm_core.lm.BatchedAsyncLM`.
+            [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM].
     """
 
     #: The engine splits a batch into its own steps (continuous batching), so larger
@@ -64,7 +64,7 @@ class EngineLM(BatchedAsyncLM):
         Args:
             model_name: A local directory, an embedded model's name
                 (``"smollm2-135m-instruct"``) or a hub id.
-            engine_opts: The engine's own options (see the class's :meth:`start_engine`).
+            engine_opts: The engine's own options (see the class's [`start_engine`][]).
             dtype: The weights' dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or
                 ``"auto"``; the engine's ``dtype`` option (float32 on a CPU by default).
             revision: Hub revision (a branch, tag or commit); the engine's ``revision``.
@@ -74,7 +74,7 @@ class EngineLM(BatchedAsyncLM):
         Raises:
             ModelNotFoundError: No such directory, or a hub id that cannot load here.
             InvalidArgumentError: A bad ``dtype``, or ``engine_opts`` that disagree.
-            Exception: What :meth:`start_engine` raises (the engine could not start).
+            Exception: What [`start_engine`][] raises (the engine could not start).
         """
         opts = merge_engine_options(engine_opts, cls.backend_name, dtype=dtype, revision=revision)
         opts = cls.engine_options(opts)  # a bad option fails before anything is loaded
@@ -94,12 +94,12 @@ class EngineLM(BatchedAsyncLM):
     @classmethod
     @abstractmethod
     def start_engine(cls, model_name: str, engine_opts: dict[str, Any]) -> Any:
-        """Start an engine for the resolved ``model_name`` with :meth:`engine_options`."""
+        """Start an engine for the resolved ``model_name`` with [`engine_options`][]."""
 
     @staticmethod
     @abstractmethod
     def stop_engine(engine: Any) -> None:
-        """Stop an engine :meth:`start_engine` started (the wrapper could not be made)."""
+        """Stop an engine [`start_engine`][] started (the wrapper could not be made)."""
 
     @abstractmethod
     def engine_lock(self) -> Any:

@@ -29,13 +29,13 @@ MIN_SHARED = 16
 
 
 class PrefixCachedLM(BatchedAsyncLM):
-    """A :class:`~genlm_core.lm.BatchedAsyncLM` over an in-process model with a prefix cache.
+    """A `BatchedAsyncLM` over an in-process model with a prefix cache.
 
     Args:
         model: The model (``None`` once released).
         kv_cache_bytes: Budget of the key/value store (0 turns prefix reuse off).
         max_batch_kv_bytes: Cap on one forward's keys and values.
-        **kwargs: Passed to :class:`~genlm_core.lm.BatchedAsyncLM`.
+        **kwargs: Passed to [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM].
 
     Attributes:
         kv_cache: The key/value store, set by the subclass; the base uses
@@ -90,7 +90,7 @@ class PrefixCachedLM(BatchedAsyncLM):
         """The forward input of ``token_ids`` from the longest cached prefix before ``first``.
 
         ``first`` (default: the last position) is the first position to compute. It
-        has ``token_ids`` and ``past_len`` (what :func:`plan_groups` reads).
+        has ``token_ids`` and ``past_len`` (what [`plan_groups`][] reads).
         """
 
     @abstractmethod
@@ -144,9 +144,9 @@ class PrefixCachedLM(BatchedAsyncLM):
     ) -> dict[tuple[int, ...], torch.Tensor]:
         """Compute ``prompts`` under the active adapter; return log-probs by prompt.
 
-        A shared uncached stretch of :data:`MIN_SHARED` tokens or more is computed once
+        A shared uncached stretch of [`MIN_SHARED`][] tokens or more is computed once
         first; then each prompt runs from its longest cached prefix, in forwards under
-        :attr:`max_batch_kv_bytes`.
+        [`max_batch_kv_bytes`][].
         """
         done: dict[tuple[int, ...], torch.Tensor] = {}
         inputs = [self.forward_input(adapter, ids) for ids in prompts]

@@ -45,7 +45,7 @@ S = TypeVar("S", bound=PrefixCacheStats)
 
 
 #: The children of every leaf, shared: a leaf carries no dict (one object fewer for the
-#: garbage collector to scan); :func:`_add_child` gives a node its own.
+#: garbage collector to scan); `_add_child` gives a node its own.
 _NO_CHILDREN: Mapping[int, Any] = types.MappingProxyType({})
 
 
@@ -84,7 +84,7 @@ class PrefixTree(Generic[P]):
     Args:
         split: ``split(payload, m)`` -> the payloads of a node's first ``m`` tokens and
             of the rest (when a new prompt leaves the node in the middle).
-        release: Called with the payload of every node dropped (not by :meth:`clear`).
+        release: Called with the payload of every node dropped (not by [`clear`][]).
         merge: ``merge(payload, extension)`` -> one payload for both. Given, a segment
             below a *leaf* extends it, so a prefix growing a token per step stays one
             node. Leave it out when joining payloads copies them (MLX arrays).
@@ -92,8 +92,8 @@ class PrefixTree(Generic[P]):
     Attributes:
         tokens: Token positions held, summed over all nodes.
         hits, misses, hit_tokens: Lookups that reused positions, that reused none, and
-            the positions reused (see :meth:`count`).
-        evictions: Nodes evicted by :meth:`evict_one`.
+            the positions reused (see [`count`][]).
+        evictions: Nodes evicted by [`evict_one`][].
     """
 
     def __init__(
@@ -175,7 +175,7 @@ class PrefixTree(Generic[P]):
     ) -> tuple[PrefixNode[P], list[PrefixNode[P]], int]:
         """Walk ``token_ids`` as far as the tree holds them, splitting where they diverge.
 
-        Marks the path used; returns ``(deepest node, path, positions held)`` for :meth:`attach`.
+        Marks the path used; returns ``(deepest node, path, positions held)`` for [`attach`][].
         """
         end = len(token_ids)
         node = self._roots.get(adapter)
@@ -208,7 +208,7 @@ class PrefixTree(Generic[P]):
         payload: P,
         path: list[PrefixNode[P]],
     ) -> None:
-        """Add a leaf below ``parent`` (the end of ``path``, from :meth:`locate`).
+        """Add a leaf below ``parent`` (the end of ``path``, from [`locate`][]).
 
         With ``merge``, a ``parent`` that is a leaf grows by the segment instead.
         """

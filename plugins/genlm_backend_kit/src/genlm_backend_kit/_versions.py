@@ -33,7 +33,7 @@ def require_version(
     install: str,
     error: type[Exception],
 ) -> None:
-    """Raise ``error`` unless :func:`version_supported` (naming both versions and the fix).
+    """Raise ``error`` unless [`version_supported`][] (naming both versions and the fix).
 
     ``engine`` names the engine in the message ("SGLang"); ``install`` is what to ``pip
     install`` for a supported version; ``error`` the backend's error class.

@@ -1,7 +1,7 @@
 """A language model over bytes, built on any token-level AsyncLM (genlm-bytes 0.2.0).
 
-:class:`ByteBeamState` keeps a beam of the likeliest tokenizations of the bytes read and
-reads (or generates) one byte at a time; :class:`ExactByteState` has the same interface
+[`ByteBeamState`][] keeps a beam of the likeliest tokenizations of the bytes read and
+reads (or generates) one byte at a time; [`ExactByteState`][] has the same interface
 and computes the next-byte distribution exactly over canonical tokenizations (byte-level
 BPE and SentencePiece BPE tokenizers). It ships apart from genlm-core (``pip install
 genlm-bytelm``); migrating from genlm-bytes is an import rename (``genlm.bytes`` ->

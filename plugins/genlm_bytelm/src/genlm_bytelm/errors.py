@@ -1,6 +1,6 @@
 """The errors of the byte-level LM.
 
-Each derives from :class:`~genlm_core.errors.GenlmError` and from the builtin genlm-bytes
+Each derives from [`GenlmError`][genlm_core.errors.GenlmError] and from the builtin genlm-bytes
 0.2.0 raises (or would have raised) in the same place, so its callers keep catching them.
 """
 
@@ -21,7 +21,7 @@ __all__ = [
 
 
 class InvalidBeamParamsError(GenlmError, ValueError, TypeError):
-    """A :class:`~genlm_bytelm.BeamParams` field has a value it cannot take.
+    """A [`BeamParams`][genlm_bytelm.BeamParams] field has a value it cannot take.
 
     Both a ValueError and a TypeError: genlm-bytes raises either, depending on the field.
     """

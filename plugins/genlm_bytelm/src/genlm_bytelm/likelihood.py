@@ -1,7 +1,7 @@
 """Exact log-likelihood of a text under a language model, in bits per byte.
 
 Byte-level log-likelihoods compare across tokenizers, token-level ones do not.
-:func:`log_likelihood` is ``ExactByteState.prefill(text).logZ``: one prefix forward.
+[`log_likelihood`][] is ``ExactByteState.prefill(text).logZ``: one prefix forward.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``LazyByteProbs`` (a next-byte distribution: bytes 0-255, EOT 256, EOS 257) and ``logsumexp``.
 
-:func:`next_byte_logps` and :func:`check_byte` serve both byte states. Kept from genlm-bytes.
+[`next_byte_logps`][] and [`check_byte`][] serve both byte states. Kept from genlm-bytes.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class LazyByteProbs:
         return self.ps[b]
 
     def materialize(self) -> Any:
-        """The distribution as a :class:`~genlm_bytelm.Chart`: keys 0-255, None (EOT), 257."""
+        """The distribution as a [`Chart`][genlm_bytelm.Chart]: keys 0-255, None (EOT), 257."""
         from genlm_bytelm.chart import Chart
 
         chart = Chart(-np.inf if self.log_space else 0)
@@ -60,7 +60,7 @@ class LazyByteProbs:
         return chart
 
     def pretty(self) -> Any:
-        """:meth:`materialize` keyed by one-byte ``bytes``, ``"EOT"`` and ``"EOS"``."""
+        """[`materialize`][] keyed by one-byte ``bytes``, ``"EOT"`` and ``"EOS"``."""
         return self.materialize().map_keys(
             lambda x: bytes([x]) if isinstance(x, int) and 0 <= x <= 255 else _special(x)
         )
@@ -90,7 +90,7 @@ def logsumexp(arr: Iterable[float]) -> float:
 
 
 def reject_nan(values: np.ndarray, where: str) -> None:
-    """Raise :class:`NaNLogProbError` naming the first NaN entry of ``values``, if any."""
+    """Raise [`NaNLogProbError`][] naming the first NaN entry of ``values``, if any."""
     nan = np.flatnonzero(np.isnan(values))
     if nan.size:
         raise NaNLogProbError(

@@ -1,8 +1,8 @@
 """What the byte states build once per model and share: tries, filters, their builds.
 
-One registry (:func:`shared`, :func:`shared_async`) per model, held weakly, per key; a
+One registry ([`shared`][], [`shared_async`][]) per model, held weakly, per key; a
 build runs once for everyone asking meanwhile, in a worker thread for the async form.
-:func:`locked` calls a shared filter off the event loop under its lock (docs/bytes.md,
+[`locked`][] calls a shared filter off the event loop under its lock (docs/bytes.md,
 *The event loop*).
 """
 
@@ -55,7 +55,7 @@ def shared(llm: Any, key: Hashable | None, build: Callable[[], T]) -> T:
 
 
 async def shared_async(llm: Any, key: Hashable | None, build: Callable[[], T]) -> T:
-    """:func:`shared`, built in a worker thread; a cancelled caller does not cancel the build."""
+    """[`shared`][], built in a worker thread; a cancelled caller does not cancel the build."""
     if key is None:
         return await asyncio.wrap_future(_BUILDS.submit(build))
     found, future, mine = _claim(llm, key)

@@ -1,9 +1,9 @@
 """genlm-hf: the Hugging Face transformers backend for genlm-core.
 
 Installing this distribution registers the ``hf`` backend through the
-``genlm.backends`` entry point (see :mod:`genlm_hf._plugin`); load it with
+``genlm.backends`` entry point (see `genlm_hf._plugin`); load it with
 ``genlm_core.load_model_by_name(name, backend="hf")`` or use
-:class:`AsyncTransformer` directly. Names load lazily so that the entry-point
+[`AsyncTransformer`][] directly. Names load lazily so that the entry-point
 module never imports torch or transformers.
 """
 

@@ -6,12 +6,12 @@
   reports it); copied from page-locked memory with ``non_blocking=True`` it is only
   queued. torch's caching host allocator keeps the page-locked block until the copy
   has run, so the source may be dropped at once.
-* **Batches as large as a sampler's step** (:data:`GPU_BATCH_SIZE`).
+* **Batches as large as a sampler's step** ([`GPU_BATCH_SIZE`][]).
 * **Budgets in proportion to the device.** The CPU defaults (1 GiB of keys and values,
   256 MiB per forward, 8 MiB temporaries) would make a GPU evict what a sampler needs
   and split its batches: an 8B Llama's 256 particles x 50 tokens are 1.7 GB of keys and
   values. On CUDA the defaults are fractions of the memory free when the model is
-  wrapped (see :func:`default_budgets`).
+  wrapped (see [`default_budgets`][]).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def index_on(values: Sequence[int], device: torch.device) -> torch.Tensor:
-    """A long tensor of ``values`` on ``device`` (see :func:`to_device`)."""
+    """A long tensor of ``values`` on ``device`` (see [`to_device`][])."""
     return to_device(torch.tensor(values, dtype=torch.long), device)
 
 
@@ -53,7 +53,7 @@ def default_budgets(
     """``(kv_cache_bytes, max_batch_kv_bytes, copy_bytes)`` for a model on ``device``.
 
     Given values are kept. On a CPU the defaults are genlm-core's constants and
-    temporaries stay under :data:`CPU_COPY_BYTES`. On CUDA: :data:`GPU_KV_SHARE` of the
+    temporaries stay under [`CPU_COPY_BYTES`][]. On CUDA: [`GPU_KV_SHARE`][] of the
     free memory for the K/V cache (at least the CPU default), a quarter of that per
     forward, and temporaries as large as one forward's K/V buffer (device memory is
     not the host heap this cap protects).

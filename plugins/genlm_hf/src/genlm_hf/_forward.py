@@ -20,7 +20,7 @@ Layout of a batch of ``B`` rows, past width ``P`` (longest cached prefix) and ne
 
 Minimal copying: all layers' keys and values live in one preallocated buffer of shape
 ``(2 * layers, B, heads, P + N, head_dim)``. Each cached segment is copied into it once;
-the model writes its new keys and values in place (:class:`_SlotLayer`, instead of
+the model writes its new keys and values in place (`_SlotLayer`, instead of
 ``DynamicCache``'s concatenation per layer and step); storing a row's new positions
 back into the prefix cache is one slice of that buffer.
 """
@@ -70,7 +70,7 @@ class KVLayout:
         dtype: Dtype of keys and values.
         device: Where they live.
         cache_arg: The keyword ``model.forward`` takes the cache by (see
-            :func:`cache_argument`).
+            [`cache_argument`][]).
     """
 
     layers: int
@@ -196,7 +196,7 @@ def _gather_pasts(
     ones: per row, one copy for a single run or one ``index_select`` into a reused
     scratch row, so the temporary stays one row's past (at most ``max_copy_bytes``
     in the batched path). Index tensors reach the device without a host
-    synchronisation (:func:`~genlm_hf._device.index_on`), all rows' at once.
+    synchronisation (`index_on`), all rows' at once.
     """
     if width_past == 0:
         return
@@ -285,7 +285,7 @@ class _SlotLayer(DynamicLayer):
 
 
 class _SlotCache(DynamicCache):
-    """A DynamicCache whose layers are :class:`_SlotLayer` views of one buffer."""
+    """A DynamicCache whose layers are `_SlotLayer` views of one buffer."""
 
     def __init__(self, buffer: torch.Tensor, filled: int) -> None:
         layers = [
@@ -322,14 +322,14 @@ def run_group(
             buffer is only valid until the next call with the same workspace.
         pool: The prefix cache's slot pool the rows' segments point into.
         logits_workspace: Where a plain linear output head writes its logits (see
-            :func:`_logits_into`); they are then only valid until the next call.
+            `_logits_into`); they are then only valid until the next call.
         helper: A one-thread executor that shares the output projection's blocks.
         onednn: Run the model's float32 linear layers through oneDNN (see
-            :mod:`genlm_hf._linear`).
+            `genlm_hf._linear`).
         all_positions: Return the logits of every new position, ``(B, N, vocab)``
             (row ``i``'s are ``logits[i, :n_i]``), not only each row's last.
         max_copy_bytes: Largest temporary of the batched past gather (see
-            :func:`~genlm_hf._device.default_budgets`).
+            `default_budgets`).
         gather_workspace: Where that temporary is taken from (fresh if None).
 
     Returns:

@@ -9,10 +9,10 @@ EPYC (Zen 5, AVX-512), torch 2.13, one thread:
 64 rows x 64 -> 50,257 (the tiny GPT-2's output projection) 7.5 ms with MKL against
 2.8 ms; SmolLM2-135M's layers at 32 rows (576 -> 1,536 and back) 0.56 against 0.30 ms.
 For a few rows through a small layer oneDNN's fixed cost (~10 us per call) is more
-than the product, so layers below :data:`MIN_MULTIPLY_ADDS` per call stay on torch's
+than the product, so layers below [`MIN_MULTIPLY_ADDS`][] per call stay on torch's
 path.
 
-How. :func:`onednn_linears` replaces the ``forward`` of a model's plain float32 CPU
+How. [`onednn_linears`][] replaces the ``forward`` of a model's plain float32 CPU
 ``nn.Linear`` modules for the duration of one forward, then puts them back: the
 user's model is unchanged outside our forwards. A patched layer falls back to
 ``F.linear`` when autograd is on (oneDNN's op has no backward) or the input is not
@@ -97,7 +97,7 @@ def resolve_linear_kernel(choice: str, device: torch.device, dtype: torch.dtype)
         dtype: Their dtype.
 
     Raises:
-        ValueError: ``choice`` is none of :data:`LINEAR_KERNELS`, or ``"onednn"`` was
+        ValueError: ``choice`` is none of [`LINEAR_KERNELS`][], or ``"onednn"`` was
             asked for where it cannot run.
     """
     if choice not in LINEAR_KERNELS:
@@ -120,7 +120,7 @@ def resolve_linear_kernel(choice: str, device: torch.device, dtype: torch.dtype)
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` through oneDNN when it pays, else through torch.
 
-    oneDNN sees only the row counts of :data:`ROW_BUCKETS`: fewer rows are padded up
+    oneDNN sees only the row counts of [`ROW_BUCKETS`][]: fewer rows are padded up
     to the next bucket, more are computed in tiles of the largest (see there why).
     """
     width = x.shape[-1]
@@ -176,7 +176,7 @@ def onednn_linears(model: torch.nn.Module) -> Iterator[int]:
     """During the block, run ``model``'s plain float32 CPU linear layers through oneDNN.
 
     Layers with hooks or an already replaced ``forward`` (the output head while
-    :mod:`genlm_hf._forward` projects it in blocks) are left alone.
+    `genlm_hf._forward` projects it in blocks) are left alone.
 
     Args:
         model: Any module; its submodules are walked on entry (LoRA wrappers keep a

@@ -3,7 +3,7 @@
 On a CPU the logits are the largest tensors of a forward; they are projected in
 blocks of vocabulary columns (shared with a helper thread) into a reused workspace,
 and their log-softmax is written straight into pooled rows (see
-:class:`~genlm_core.runtime.RowPool`).
+[`RowPool`][genlm_core.runtime.RowPool]).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _linear_columns(
 ) -> None:
     """``out[:, start:stop] = hidden @ weight[start:stop].T (+ bias)``.
 
-    With ``onednn``, the block is computed by oneDNN (see :mod:`genlm_hf._linear`)
+    With ``onednn``, the block is computed by oneDNN (see `genlm_hf._linear`)
     into a small fresh tensor, still in cache when it is copied into ``out``.
     """
     block = out[:, start:stop]
@@ -137,8 +137,8 @@ def logits_into(
 
     With a ``helper`` (a one-thread executor whose thread runs torch single-threaded),
     the projection's column blocks are shared between it and the calling thread: two
-    cores without a second OpenMP team (see :mod:`genlm_hf._threads`). With
-    ``onednn``, the blocks are computed by oneDNN (see :mod:`genlm_hf._linear`).
+    cores without a second OpenMP team (see `genlm_hf._threads`). With
+    ``onednn``, the blocks are computed by oneDNN (see `genlm_hf._linear`).
     """
     head = model.get_output_embeddings() if workspace is not None else None
     if (
@@ -168,7 +168,7 @@ def logits_into(
 def linears(model: Any, onednn: bool) -> contextlib.AbstractContextManager[Any]:
     """The model's linear layers through oneDNN during the block, if ``onednn``.
 
-    Entered after :func:`logits_into`, which has then replaced the head's forward
+    Entered after [`logits_into`][], which has then replaced the head's forward
     already, so the head is left to it.
     """
     return onednn_linears(model) if onednn else contextlib.nullcontext()
@@ -188,7 +188,7 @@ def log_softmax_rows(
 
     * CPU logits and a ``pool``: each row's log-softmax is written straight into a
       recycled row of the pool (no copy, no first-touch page faults), in blocks of
-      rows shared with ``helper`` (see :func:`_share_work`).
+      rows shared with ``helper`` (see `_share_work`).
     * Otherwise: one batched kernel (into ``workspace``'s buffer when given), one
       device-to-host transfer, then one numpy copy per row (a single-threaded memcpy:
       a torch ``clone`` of a vocabulary-sized row is an OpenMP region, and while the

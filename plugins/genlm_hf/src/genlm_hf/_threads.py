@@ -12,7 +12,7 @@ forward dominates and keeps every thread.
 
 ``torch.set_num_threads`` sets the calling thread's OpenMP and MKL thread counts, and
 also the default that threads which have not used torch yet will pick up.
-:func:`set_thread_torch_threads` puts that default back from a short-lived helper
+[`set_thread_torch_threads`][] puts that default back from a short-lived helper
 thread, so only the calling thread changes.
 """
 

@@ -1,7 +1,7 @@
 """PrefixKVCache: key/value tensors of token prefixes, in a radix tree over a slot pool.
 
 The tree (segments per forward, per-adapter roots, LRU over leaves) is
-:class:`genlm_backend_kit.PrefixTree`; a node's payload here is a few runs of
+[`genlm_backend_kit.PrefixTree`][]; a node's payload here is a few runs of
 slots, so assembling a request's past is one copy per stored run, not one per token
 and layer.
 
@@ -44,7 +44,7 @@ _MIN_SLOTS = 256  # first pool size (slots), then doubled as needed up to the bu
 
 @dataclasses.dataclass(frozen=True)
 class KVCacheStats(PrefixCacheStats):
-    """A snapshot of a :class:`PrefixKVCache` (fields of the core's ``PrefixCacheStats``).
+    """A snapshot of a [`PrefixKVCache`][] (fields of the core's ``PrefixCacheStats``).
 
     Attributes:
         pool_bytes: Bytes of the slot pool allocated so far (<= the budget); ``bytes``
@@ -132,8 +132,8 @@ class PrefixKVCache:
     ) -> list[SlotRun]:
         """Find the longest cached prefix of ``token_ids[:limit]``.
 
-        The slots returned hold what they should until the next :meth:`insert` (which
-        may reuse evicted slots, or move the pool): read them from :attr:`pool` before
+        The slots returned hold what they should until the next [`insert`][] (which
+        may reuse evicted slots, or move the pool): read them from [`pool`][] before
         storing anything.
 
         Args:
@@ -142,7 +142,7 @@ class PrefixKVCache:
             limit: Most positions to reuse (callers pass ``len(token_ids) - 1``: the last
                 position must be computed to get its logits).
             record: Count this lookup in the hit/miss statistics (a caller that looks
-                several times counts once, with :meth:`count`).
+                several times counts once, with [`count`][]).
 
         Returns:
             Slot runs of positions ``0, 1, ...`` in order; the past length is the sum
@@ -165,7 +165,7 @@ class PrefixKVCache:
     def insert(
         self, adapter: Hashable, token_ids: Sequence[int], start: int, kv: torch.Tensor
     ) -> None:
-        """:meth:`insert_many` for one request; ``kv`` is ``(2 * layers, heads, n, head_dim)``."""
+        """[`insert_many`][] for one request; ``kv`` is ``(2 * layers, heads, n, head_dim)``."""
         self.insert_many(adapter, [(token_ids, start)], kv.unsqueeze(1))
 
     def insert_many(
@@ -175,11 +175,11 @@ class PrefixKVCache:
         kv: torch.Tensor,
         max_copy_bytes: int = BATCHED_COPY_BYTES,
     ) -> None:
-        """:meth:`insert` for the rows of one forward, with one copy into the pool.
+        """[`insert`][] for the rows of one forward, with one copy into the pool.
 
         Args:
             adapter: Which tree.
-            requests: ``(token_ids, start)`` per row, as for :meth:`insert`.
+            requests: ``(token_ids, start)`` per row, as for [`insert`][].
             kv: The forward's new positions, ``(2 * layers, rows, heads, width, head_dim)``:
                 row ``j``'s positions ``start..`` are ``kv[:, j, :, 0 : len - start]``.
             max_copy_bytes: A ``kv`` bigger than this is stored run by run instead of

@@ -3,22 +3,22 @@
 What makes it fast, compared with genlm-backend 0.3.1's class of the same name:
 
 * **Prefix K/V reuse.** Every forward stores the keys and values it computed in a
-  :class:`~genlm_hf.kvcache.PrefixKVCache`; a later request runs the model only on
+  [`PrefixKVCache`][genlm_hf.kvcache.PrefixKVCache]; a later request runs the model only on
   the tokens after its longest cached prefix. A sampler's step is one token per
   particle, not its whole context again.
 * **One forward per batch.** The AutoBatcher hands over the distinct concurrent
   requests; their new tokens run as one padded forward with the cached pasts
-  assembled into one buffer (see :mod:`genlm_hf._forward`), and logits are computed
+  assembled into one buffer (see `genlm_hf._forward`), and logits are computed
   only at each row's last position.
 * **Faster linear layers on CPUs.** Float32 linear layers (and the output
   projection, in cache-sized blocks) run through oneDNN rather than torch's BLAS
-  (MKL), about twice as fast on the AMD CPU measured (see :mod:`genlm_hf._linear`).
+  (MKL), about twice as fast on the AMD CPU measured (see `genlm_hf._linear`).
 * **No autograd.** Forwards run under ``torch.no_grad()`` (not ``inference_mode``: its
   tensors refuse in-place updates outside it, and callers do mask log-probs in place).
 * **Bounded memory.** K/V tensors and cached log-probs each live under a byte budget
   with least-recently-used eviction; genlm-backend's trie grows without limit.
 
-LoRA adapters (peft's functional API, see :mod:`genlm_hf._peft`) are selected per request;
+LoRA adapters (peft's functional API, see `genlm_hf._peft`) are selected per request;
 requests are grouped per adapter version, and each version has its own prefix tree
 (genlm-core keeps the adapter table; this class implements its load/unload hooks).
 """
@@ -96,16 +96,16 @@ class AsyncTransformer(PrefixCachedLM):
         hf_model: A ``transformers`` causal LM (``AutoModelForCausalLM``).
         hf_tokenizer: Its tokenizer.
         batch_size: Most distinct requests per forward (default 64 on a CPU, 512 on a
-            GPU: every forward reads all the weights, see :data:`genlm_hf._device.GPU_BATCH_SIZE`).
+            GPU: every forward reads all the weights, see `genlm_hf._device.GPU_BATCH_SIZE`).
         max_wait: Seconds a batch may wait for more callers (default 0: dispatch as
             soon as the event loop has no runnable callers left).
         kv_cache_bytes: Byte budget of the model's working memory beyond its weights and
             cached log-probs: the forward's reused K/V buffer and a reserve for its
             other working memory (each a quarter of the budget, 64 MiB at most; see
-            :func:`split_kv_budget`), and the prefix cache's slot pool (the rest).
+            `split_kv_budget`), and the prefix cache's slot pool (the rest).
             0 disables prefix reuse: every request then runs its whole prompt.
             Default: 1 GiB on a CPU; on a GPU 30% of the memory free when the model
-            is wrapped (see :func:`genlm_hf._device.default_budgets`).
+            is wrapped (see `genlm_hf._device.default_budgets`).
         max_batch_kv_bytes: Cap on one forward's key/value buffer; larger batches are
             split into several forwards. Default: 256 MiB on a CPU; on a GPU a
             quarter of ``kv_cache_bytes``.
@@ -113,20 +113,20 @@ class AsyncTransformer(PrefixCachedLM):
             forwards (no other thread's setting changes). None: 1 for a CPU model of
             fewer than 20M parameters, whose operations are too small to gain from
             threads while a second multi-threaded torch thread slows the caller's own
-            torch work (see :mod:`genlm_hf._threads`); torch's setting otherwise.
+            torch work (see `genlm_hf._threads`); torch's setting otherwise.
         row_device: Where the log-prob rows callers get live. ``"auto"`` (default):
             on the model's device (a GPU's rows stay there: no transfer to the host,
             measured faster on an H100, see ``docs/gpu.md``); ``"cpu"``: always moved
             to the CPU (genlm-backend 0.3.1's ``AsyncTransformer`` does this);
             ``"model"``: on the device of the model's output layer. The resolved
-            device is :attr:`row_device`.
+            device is `row_device`.
         linear_kernel: How the cached forwards compute float32 linear layers on a CPU.
             ``"auto"`` (default): through oneDNN when this torch has it, about twice
             as fast as torch's BLAS on the AMD CPU measured (see
-            :mod:`genlm_hf._linear`); ``"onednn"``: the same, an error where it
+            `genlm_hf._linear`); ``"onednn"``: the same, an error where it
             cannot run; ``"torch"``: torch's own path. GPU and half-precision models
-            always use torch's. The resolved choice is :attr:`linear_kernel`.
-        **kwargs: The cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`
+            always use torch's. The resolved choice is [`linear_kernel`][].
+        **kwargs: The cache and batching options of [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM]
             (``cache_size``, ``cache_bytes``, ``trim_heap``, ``timeout``, ...).
     """
 
@@ -240,7 +240,7 @@ class AsyncTransformer(PrefixCachedLM):
                 ``"auto"`` (the checkpoint's). Default: float32 on a CPU (half precision
                 is slow and inexact there), ``"auto"`` on CUDA (with ``device_map="auto"``).
             revision: Hub revision (a branch, tag or commit).
-            **kwargs: Passed to :class:`AsyncTransformer`.
+            **kwargs: Passed to [`AsyncTransformer`][].
 
         Raises:
             ModelNotFoundError: No such directory, or a hub id that cannot load here
@@ -282,7 +282,7 @@ class AsyncTransformer(PrefixCachedLM):
     # -- the batch computation ----------------------------------------------------------
 
     def init_worker_thread(self) -> None:
-        """Give the model's worker thread :attr:`worker_threads` torch threads."""
+        """Give the model's worker thread [`worker_threads`][] torch threads."""
         if self.worker_threads is not None:
             set_thread_torch_threads(self.worker_threads)
 
@@ -290,7 +290,7 @@ class AsyncTransformer(PrefixCachedLM):
         """Log-probs after every prefix of each sequence: one forward over its new tokens.
 
         The forward keeps the logits of every position (in chunks, see
-        :mod:`genlm_hf.prefixes`) and stores the sequence's keys and values in the
+        `genlm_hf.prefixes`) and stores the sequence's keys and values in the
         prefix cache, so later calls along it, or branching off it, run only their
         own new tokens; the core puts every row in the output cache.
         """
@@ -311,7 +311,7 @@ class AsyncTransformer(PrefixCachedLM):
         return ForwardInput(ids, segments, sum(used for _, used in segments))
 
     def _forward(self, group: list[ForwardInput], *, all_positions: bool = False) -> Any:
-        """:func:`run_group` over ``group`` with this model's buffers, helper and kernel."""
+        """[`run_group`][] over ``group`` with this model's buffers, helper and kernel."""
         return run_group(
             self.model,
             group,
@@ -335,7 +335,7 @@ class AsyncTransformer(PrefixCachedLM):
         return rows
 
     def _log_softmax(self, logits: torch.Tensor) -> list[torch.Tensor]:
-        """One float32 log-prob row per row of ``logits``, on :attr:`row_device`.
+        """One float32 log-prob row per row of ``logits``, on `row_device`.
 
         Rows kept on the model's device are views of one batched result: the core
         copies them into rows of their own with one multi-tensor copy.
@@ -444,10 +444,10 @@ ROW_DEVICES = ("auto", "cpu", "model")
 
 
 def resolve_row_device(row_device: Any, model: Any) -> torch.device:
-    """The device of the rows callers get, for ``row_device`` (see :class:`AsyncTransformer`).
+    """The device of the rows callers get, for ``row_device`` (see [`AsyncTransformer`][]).
 
     Raises:
-        ValueError: ``row_device`` is not one of :data:`ROW_DEVICES`.
+        ValueError: ``row_device`` is not one of [`ROW_DEVICES`][].
     """
     if row_device not in ROW_DEVICES:
         raise ValueError(

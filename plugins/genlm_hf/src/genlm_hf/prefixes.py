@@ -7,9 +7,9 @@ one forward per prefix. The keys and values of the whole sequence go into the pr
 cache and every row into the output cache (the core stores them), so later calls
 along the sequence are hits and calls branching off it run only their own tokens.
 
-:class:`PrefixForwards` is an object :class:`~genlm_hf.lm.AsyncTransformer` holds: its
-``compute_prefix_batch`` (the core's optional hook) calls :meth:`PrefixForwards.compute`
-per adapter. It is handed the model's forward steps (:class:`ForwardSteps`), the output
+[`PrefixForwards`][] is an object [`AsyncTransformer`][genlm_hf.lm.AsyncTransformer] holds: its
+``compute_prefix_batch`` (the core's optional hook) calls [`PrefixForwards.compute`][]
+per adapter. It is handed the model's forward steps ([`ForwardSteps`][]), the output
 cache and the sizes it plans by; it reads nothing else of the model.
 """
 
@@ -28,7 +28,7 @@ from genlm_hf._forward import ForwardInput
 
 __all__ = ["PREFIX_LOGITS_BYTES", "ForwardSteps", "PrefixForwards"]
 
-#: Most bytes of logits one forward of :meth:`PrefixForwards.compute` keeps
+#: Most bytes of logits one forward of [`PrefixForwards.compute`][] keeps
 #: (all its positions'); longer sequences are computed in chunks.
 PREFIX_LOGITS_BYTES = 64 << 20
 
@@ -48,7 +48,7 @@ class ForwardSteps:
 
 
 class PrefixForwards:
-    """The forwards of :meth:`~genlm_hf.lm.AsyncTransformer.compute_prefix_batch`.
+    """The forwards of [`compute_prefix_batch`][genlm_hf.lm.AsyncTransformer.compute_prefix_batch].
 
     Args:
         steps: The model's forward steps.

@@ -1,7 +1,7 @@
 """genlm-mlx: the MLX backend for genlm-core.
 
 Installing this distribution registers the ``mlx`` backend through the
-``genlm.backends`` entry point (see :mod:`genlm_mlx._plugin`); load it with
+``genlm.backends`` entry point (see `genlm_mlx._plugin`); load it with
 ``genlm_core.load_model_by_name(name, backend="mlx")``.
 """
 

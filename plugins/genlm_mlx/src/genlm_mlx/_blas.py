@@ -53,7 +53,7 @@ def load_fast_blas() -> str:
 
 
 def blas_status() -> str:
-    """What :func:`load_fast_blas` did (``"not attempted"`` before it ran)."""
+    """What [`load_fast_blas`][] did (``"not attempted"`` before it ran)."""
     return _status or "not attempted"
 
 

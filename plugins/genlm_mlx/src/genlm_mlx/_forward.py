@@ -14,7 +14,7 @@ Layout of a batch of ``B`` rows, past width ``P`` (longest cached prefix) and ne
   rotated at their own positions, so moving them to other slots changes nothing.
 
 mlx-lm models take a list of per-layer cache objects with ``offset``,
-``update_and_fetch`` and ``make_mask``; :class:`_LayerCache` is one that holds the
+``update_and_fetch`` and ``make_mask``; `_LayerCache` is one that holds the
 assembled past, returns the boolean mask built here, and keeps the layer's new keys and
 values so they can be stored in the prefix cache after the forward.
 """

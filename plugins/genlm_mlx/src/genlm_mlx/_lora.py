@@ -3,8 +3,8 @@
 mlx-lm's own loader (``load_adapters``) replaces a model's linear layers with
 ``LoRALinear`` holding *one* adapter. To serve several adapters and the base model
 from one set of weights, each targeted linear layer is wrapped once in
-:class:`SwitchLoRALinear`, which holds every adapter's ``(lora_a, lora_b, scale)``
-and applies the one a shared :class:`Switch` names (none: the base layer alone).
+[`SwitchLoRALinear`][], which holds every adapter's ``(lora_a, lora_b, scale)``
+and applies the one a shared [`Switch`][] names (none: the base layer alone).
 The math is mlx-lm's: ``y = base(x) + scale * ((x @ lora_a) @ lora_b)``.
 
 Adapter format (what ``mlx_lm.lora`` saves): a directory with ``adapter_config.json``

@@ -44,7 +44,7 @@ def linux_runtime() -> str | None:
 
 
 def fast_blas_installed() -> bool:
-    """Whether :mod:`genlm_mlx._blas` has a fast CBLAS to load.
+    """Whether `genlm_mlx._blas` has a fast CBLAS to load.
 
     That is the ``mkl`` wheel's, or the library ``GENLM_MLX_BLAS`` names (``off`` keeps
     mlx's own).

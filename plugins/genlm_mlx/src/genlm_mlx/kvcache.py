@@ -14,7 +14,7 @@ donation), while a small array per segment is allocated once and freed when evic
 Splitting a node copies its two halves, so every byte counted is a byte held.
 
 The tree itself (per-adapter roots, splits, LRU over leaves) is
-:class:`genlm_backend_kit.PrefixTree`, shared with genlm-hf; a node's payload
+[`genlm_backend_kit.PrefixTree`][], shared with genlm-hf; a node's payload
 here is its array.
 
 One tree per LoRA adapter (``None`` = the base model), one budget and LRU order
@@ -34,7 +34,7 @@ __all__ = ["KVCacheStats", "PrefixKVCache"]
 
 
 KVCacheStats = PrefixCacheStats
-"""A snapshot of a :class:`PrefixKVCache` (the core's ``PrefixCacheStats``)."""
+"""A snapshot of a [`PrefixKVCache`][] (the core's ``PrefixCacheStats``)."""
 
 
 class PrefixKVCache:

@@ -3,15 +3,15 @@
 What makes it fast, compared with genlm-backend 0.3.1's class of the same name:
 
 * **Prefix K/V reuse for any set of prompts.** Every forward stores its keys and
-  values in a :class:`~genlm_mlx.kvcache.PrefixKVCache` (a radix tree under a byte
+  values in a [`PrefixKVCache`][genlm_mlx.kvcache.PrefixKVCache] (a radix tree under a byte
   budget, LRU-evicted); a later request runs the model only on the tokens after its
   longest cached prefix, whichever earlier request computed it. genlm-backend keeps
   one pool of live rows, reused only when a batch extends the previous one.
 * **One forward per batch.** The AutoBatcher hands over the distinct concurrent
   requests; their new tokens run as one padded forward over the assembled pasts
-  (see :mod:`genlm_mlx._forward`), one ``mx.eval`` per batch.
+  (see `genlm_mlx._forward`), one ``mx.eval`` per batch.
 * **A real BLAS on Linux.** mlx's Linux CPU build ships the reference BLAS; importing
-  this module first loads MKL globally when installed (see :mod:`genlm_mlx._blas`).
+  this module first loads MKL globally when installed (see `genlm_mlx._blas`).
 
 Models whose cache is not the standard per-layer key/value one (sliding windows,
 state-space layers) are detected when the model is wrapped and run without prefix
@@ -60,8 +60,8 @@ class AsyncMlxLM(PrefixCachedLM):
         **kwargs: ``batch_size`` (most distinct requests per forward, default 64),
             ``max_wait``, ``kv_cache_bytes`` (the budget of cached key/value arrays; 0 turns
             prefix reuse off) and ``max_batch_kv_bytes`` (see
-            :class:`~genlm_backend_kit.PrefixCachedLM`), and the cache and batching
-            options of :class:`~genlm_core.lm.BatchedAsyncLM`.
+            [`PrefixCachedLM`][genlm_backend_kit.PrefixCachedLM]), and the cache and batching
+            options of [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM].
     """
 
     def __init__(
@@ -117,7 +117,7 @@ class AsyncMlxLM(PrefixCachedLM):
                 ``"auto"`` (the checkpoint's). Default: float32 on a CPU (half precision
                 there is slow and inexact), the checkpoint's dtype on Apple silicon.
             revision: Hub revision (a branch, tag or commit).
-            **kwargs: Passed to :class:`AsyncMlxLM` (``batch_size``, ``kv_cache_bytes``...).
+            **kwargs: Passed to [`AsyncMlxLM`][] (``batch_size``, ``kv_cache_bytes``...).
 
         Raises:
             ModelLoadError: The model or tokenizer cannot be loaded, or mlx-lm would

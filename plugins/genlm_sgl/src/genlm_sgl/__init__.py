@@ -1,9 +1,9 @@
 """genlm-sgl: the SGLang backend for genlm-core.
 
 Installing this distribution registers the ``sgl`` backend through the
-``genlm.backends`` entry point (see :mod:`genlm_sgl._plugin`); load it with
+``genlm.backends`` entry point (see `genlm_sgl._plugin`); load it with
 ``genlm_core.load_model_by_name(name, backend="sgl")``, or use
-:class:`AsyncSGLTransformer` (in-process) and :class:`AsyncSGLServerLM` (an SGLang
+[`AsyncSGLTransformer`][] (in-process) and [`AsyncSGLServerLM`][] (an SGLang
 server over HTTP) directly. Both are imported on first use, so importing this package
 never imports sglang.
 """

@@ -10,10 +10,11 @@ the forward pass). So, as genlm-backend 0.3.1 does, genlm-sgl drives SGLang's
 chunked prefill, the radix prefix cache) and takes the log-softmax of each finished
 request's ``next_token_logits`` row, a tensor.
 
-:class:`InProcessScheduler` is the only code that touches those internals. It was
-written against SGLang 0.5.23 (:data:`SUPPORTED`); other versions are refused with
-:class:`~genlm_sgl.errors.UnsupportedSGLangError` unless ``GENLM_SGL_ALLOW_UNTESTED=1``
-is set, in which case :func:`check_scheduler` still checks the pieces used here exist.
+[`InProcessScheduler`][] is the only code that touches those internals. It was
+written against SGLang 0.5.23 ([`SUPPORTED`][]); other versions are refused with
+[`UnsupportedSGLangError`][genlm_sgl.errors.UnsupportedSGLangError] unless
+``GENLM_SGL_ALLOW_UNTESTED=1`` is set, in which case [`check_scheduler`][] still
+checks the pieces used here exist.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ __all__ = [
 #: The SGLang releases genlm-sgl is tested with.
 SUPPORTED = ">=0.5.23,<0.5.24"
 ALLOW_ENV = "GENLM_SGL_ALLOW_UNTESTED"
-#: ``check_version(version)``: raise UnsupportedSGLangError unless ``version`` is :data:`SUPPORTED`
+#: ``check_version(version)``: raise UnsupportedSGLangError unless ``version`` is [`SUPPORTED`][]
 #: (or ``GENLM_SGL_ALLOW_UNTESTED=1``), naming both versions and the fix.
 check_version = functools.partial(
     require_version,
@@ -76,7 +77,7 @@ _PATCH_LOCK = threading.Lock()
 
 
 def check_scheduler(scheduler: Any) -> None:
-    """Check that ``scheduler`` has the pieces :class:`InProcessScheduler` uses.
+    """Check that ``scheduler`` has the pieces [`InProcessScheduler`][] uses.
 
     Raises:
         UnsupportedSGLangError: A piece moved (an SGLang version genlm-sgl does not know).
@@ -110,7 +111,7 @@ def prepare_import(device: str) -> None:
 class InProcessScheduler:
     """An SGLang ``Scheduler`` in this process, stepped by the caller.
 
-    Not thread-safe: callers hold :attr:`lock`. Only one may be live per process.
+    Not thread-safe: callers hold [`lock`][]. Only one may be live per process.
 
     Args:
         engine_opts: Keyword arguments of ``sglang.srt.server_args.ServerArgs``.
@@ -247,7 +248,7 @@ class InProcessScheduler:
         return lora_id
 
     def unload_lora(self, name: str, lora_id: str) -> None:
-        """Unload an adapter loaded with :meth:`load_lora`."""
+        """Unload an adapter loaded with [`load_lora`][]."""
         from sglang.srt.managers.io_struct import UnloadLoRAAdapterReqInput
 
         result = self.scheduler.unload_lora_adapter(

@@ -143,7 +143,7 @@ class ServerClient:
         return self._retrying(f"{method} {path}", lambda: self._send(method, path, payload))
 
     def _retrying(self, what: str, send: Callable[[], _T]) -> _T:
-        """``send()``, retried with backoff while it raises :class:`_Retryable`."""
+        """``send()``, retried with backoff while it raises `_Retryable`."""
         attempt = 0
         while True:
             try:

@@ -5,7 +5,7 @@ SGLang plans the batches itself (at most ``max_running_requests`` per step, long
 prompts split by chunked prefill, prefixes reused from its radix cache); rows are
 matched to requests by request id, so nothing depends on that plan. A request that
 ends without a row (aborted by SGLang) raises
-:class:`~genlm_sgl.errors.EngineOutputError` naming it; on any failure the batch's
+[`EngineOutputError`][genlm_sgl.errors.EngineOutputError] naming it; on any failure the batch's
 unfinished requests are aborted so the next batch starts clean.
 """
 
@@ -23,7 +23,7 @@ __all__ = ["SchedulerRunner"]
 
 
 class SchedulerRunner:
-    """Next-token log-probs of prompts from an :class:`InProcessScheduler`.
+    """Next-token log-probs of prompts from an [`InProcessScheduler`][].
 
     Args:
         scheduler: The in-process scheduler (shared by every wrapper of one engine).

@@ -3,14 +3,14 @@
 Concurrent ``next_token_logprobs`` calls are coalesced by genlm-core's AutoBatcher
 (deduplicated, output-cached); each batch goes to SGLang's scheduler as prefill-only
 requests, which it plans with its continuous batching, chunked prefill and radix
-prefix cache. Rows are collected by request id (see :mod:`genlm_sgl._runner`), so a
+prefix cache. Rows are collected by request id (see `genlm_sgl._runner`), so a
 batch larger than ``max_running_requests`` comes back complete and in order.
 LoRA adapters are served per request through SGLang's multi-LoRA support; genlm-core
 keeps the table of versions and each version gets a fresh SGLang id, so a replaced
 adapter's cached prefixes are never reused.
 ``sample``/``batch_sample`` draw token by token from the exact log-probs (genlm-core's
-sampler), each step a prefix-cache hit. :meth:`AsyncSGLTransformer.from_url` drives an
-SGLang server instead (:mod:`genlm_sgl.server`).
+sampler), each step a prefix-cache hit. [`AsyncSGLTransformer.from_url`][] drives an
+SGLang server instead (`genlm_sgl.server`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from genlm_sgl.errors import EngineOutputError, ModelLoadError, UnsupportedSGLan
 
 __all__ = ["CPU_ENGINE_OPTS", "DEFAULT_ENGINE_OPTS", "AsyncSGLTransformer", "start_engine"]
 
-#: Options of SGLang's ``ServerArgs`` that :meth:`AsyncSGLTransformer.from_name` sets
+#: Options of SGLang's ``ServerArgs`` that [`AsyncSGLTransformer.from_name`][] sets
 #: unless ``engine_opts`` overrides them.
 DEFAULT_ENGINE_OPTS: dict[str, Any] = {
     "skip_tokenizer_init": True,  # genlm-core tokenizes; the scheduler needs none
@@ -56,11 +56,11 @@ def start_engine(model_name: str, engine_opts: dict[str, Any] | None = None) -> 
 
     Args:
         model_name: SGLang's ``model_path``.
-        engine_opts: ``ServerArgs`` options over :data:`DEFAULT_ENGINE_OPTS` (and
-            :data:`CPU_ENGINE_OPTS` without an NVIDIA GPU).
+        engine_opts: ``ServerArgs`` options over `DEFAULT_ENGINE_OPTS` (and
+            `CPU_ENGINE_OPTS` without an NVIDIA GPU).
 
     Returns:
-        An :class:`~genlm_sgl._compat.InProcessScheduler`, for :class:`AsyncSGLTransformer`.
+        An `InProcessScheduler`, for [`AsyncSGLTransformer`][].
 
     Raises:
         UnsupportedSGLangError: SGLang is missing, unsupported, or cannot import here.
@@ -97,14 +97,14 @@ class AsyncSGLTransformer(EngineLM):
     """Asynchronous, batched next-token log-probs from an in-process SGLang scheduler.
 
     Args:
-        engine: A scheduler from :func:`start_engine` (``from_name`` starts one).
+        engine: A scheduler from [`start_engine`][] (``from_name`` starts one).
         tokenizer: The model's Hugging Face tokenizer (default: loaded from the
             engine's ``tokenizer_path``).
         batch_size: Most distinct requests handed to the scheduler at once (default 256;
             SGLang still runs at most ``max_running_requests`` per step).
         max_wait: Seconds a batch may wait for more callers (default 0).
-        **kwargs: ``owns_engine`` (see :class:`~genlm_backend_kit.EngineLM`) and the
-            cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`.
+        **kwargs: ``owns_engine`` (see [`EngineLM`][genlm_backend_kit.EngineLM]) and the
+            cache and batching options of [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM].
     """
 
     def __init__(
@@ -130,10 +130,10 @@ class AsyncSGLTransformer(EngineLM):
 
     @classmethod
     def start_engine(cls, model_name: str, engine_opts: dict[str, Any]) -> Any:
-        """Start an in-process SGLang scheduler (``from_name`` calls it; see :func:`start_engine`).
+        """Start an in-process SGLang scheduler (``from_name`` calls it; see [`start_engine`][]).
 
         ``engine_opts`` are keyword arguments of SGLang's ``ServerArgs``, over
-        :data:`DEFAULT_ENGINE_OPTS` (plus :data:`CPU_ENGINE_OPTS` on a machine without an
+        `DEFAULT_ENGINE_OPTS` (plus `CPU_ENGINE_OPTS` on a machine without an
         NVIDIA GPU); e.g. ``max_running_requests``, ``chunked_prefill_size``,
         ``enable_lora``, ``max_lora_rank``, ``lora_target_modules``, ``lora_backend``,
         ``tp_size``.
@@ -147,7 +147,7 @@ class AsyncSGLTransformer(EngineLM):
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Any:
-        """An AsyncLM over a running SGLang server or router (see :mod:`genlm_sgl.server`)."""
+        """An AsyncLM over a running SGLang server or router (see `genlm_sgl.server`)."""
         from genlm_sgl.server import AsyncSGLServerLM
 
         return AsyncSGLServerLM.from_url(url, **kwargs)

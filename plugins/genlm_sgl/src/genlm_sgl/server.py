@@ -5,7 +5,7 @@ pipeline parallel; or ``sglang-router`` in front of several servers) does the se
 and this class talks to it over HTTP. Concurrent calls are coalesced by genlm-core's
 AutoBatcher (deduplicated, output-cached), each batch is split into chunks of
 ``chunk_size`` prompts, and up to ``max_concurrency`` chunks are in flight at once
-(one HTTP call each, see :mod:`genlm_sgl._http`, whose retries never lose or
+(one HTTP call each, see `genlm_sgl._http`, whose retries never lose or
 duplicate a request). The server's radix cache reuses shared prefixes.
 """
 
@@ -32,12 +32,12 @@ class AsyncSGLServerLM(BatchedAsyncLM):
     at the same time (the HTTP client and its pool are thread-safe).
 
     Args:
-        client: A :class:`~genlm_sgl._http.ServerClient` (``from_url`` makes one).
+        client: A `ServerClient` (``from_url`` makes one).
         tokenizer: The served model's Hugging Face tokenizer.
         vocab_size: Width of the model's logits.
         chunk_size: Most prompts per HTTP call.
         max_concurrency: Most HTTP calls in flight.
-        **kwargs: The cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`
+        **kwargs: The cache and batching options of [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM]
             (``batch_size``, default 256, ``max_wait``, ``cache_size``, ...).
     """
 
@@ -90,7 +90,7 @@ class AsyncSGLServerLM(BatchedAsyncLM):
             retries: Extra attempts of a failed call (each after aborting it).
             max_concurrency: Most HTTP calls in flight (and pooled connections).
             api_key: The server's ``--api-key``, if it has one.
-            **kwargs: Passed to :class:`AsyncSGLServerLM` (``chunk_size``, ...).
+            **kwargs: Passed to [`AsyncSGLServerLM`][] (``chunk_size``, ...).
 
         Raises:
             ServerError: The server could not be reached.

@@ -4,7 +4,7 @@
 tries, ``TokenByteTrie`` is genlm-bytes 0.2.0's; genlm-core keeps their old import path
 (``genlm_core.trie``), which loads them from here. Installing this distribution
 registers the ``numba``, ``numba-byte``, ``sequential`` and ``parallel`` tries through
-the ``genlm.tries`` entry point (:mod:`genlm_trie_numba._plugin`), so
+the ``genlm.tries`` entry point (`genlm_trie_numba._plugin`), so
 ``AsyncTokenCharacterTrie.from_vocab`` picks them over the core's reference trie::
 
     from genlm_trie_numba import TokenCharacterTrie

@@ -1,7 +1,7 @@
 """Build a token trie as flat arrays, in genlm-backend's node numbering (docs/tries.md).
 
-The compiled builder of :class:`~genlm_core.trie.arrays.TrieArrays` (the layout is the
-core's) and the schedule of the mass kernels, :class:`MassPlan`.
+The compiled builder of [`TrieArrays`][genlm_core.trie.arrays.TrieArrays] (the layout is the
+core's) and the schedule of the mass kernels, [`MassPlan`][].
 """
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ def build_trie_arrays(
 
 
 def plan_masses(arrays: TrieArrays) -> MassPlan:
-    """The kernel schedule of a trie (see :class:`MassPlan`).
+    """The kernel schedule of a trie (see [`MassPlan`][]).
 
     A leafless word (``token_leaf == -1``) gets source -1: replace ``token_src``
     before running the kernels on such a plan.

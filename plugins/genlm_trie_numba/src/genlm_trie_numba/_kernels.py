@@ -1,6 +1,6 @@
 """numba kernels: token weights -> the mass of every trie node.
 
-A row is filled over a :class:`~genlm_trie_numba._build.MassPlan` in three passes
+A row is filled over a `MassPlan` in three passes
 (leaves, branch nodes children first, then every node from its source), in float64,
 never subtracting; see docs/tries.md for why and for the measurements. Each kernel
 returns the first vocabulary position whose weight is NaN (per row), or -1.

@@ -22,7 +22,7 @@ class BatchOutputs:
     """Hands out ``(batch, width)`` arrays of ``dtype`` whose memory is recycled.
 
     ``width`` is the trie's node count; ``allocate`` makes a new block's memory (see
-    :class:`~genlm_core.runtime.RowPool`).
+    [`RowPool`][genlm_core.runtime.RowPool]).
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 
 Weights by token id, atomic byte strings, an ``eos_node`` and ``TrieMode``, as
 genlm-bytes (differences: docs/tries.md). ``TrieMode`` is the core's
-(:mod:`genlm_core.trie.protocols`), re-exported here as genlm-bytes had it.
+([`genlm_core.trie.protocols`][]), re-exported here as genlm-bytes had it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class TokenByteTrie(FlatTrie):
     """Token weights (indexed by token id) -> masses of every byte prefix.
 
     Empty tokens count in the root's mass only, as in
-    :class:`~genlm_core.trie.base.CharacterTrieBase` (and genlm-bytes).
+    [`CharacterTrieBase`][genlm_core.trie.base.CharacterTrieBase] (and genlm-bytes).
 
     Args:
         decode: Tokens (``decode_vocab``); plain bytes are deprecated and numbered by
@@ -152,7 +152,7 @@ class TokenByteTrie(FlatTrie):
         return self.batch_weight_sum(as_vector(ws, len(self.decode), "weight_sum")[None], mode)[0]
 
     def batch_weight_sum(self, ws: Any, mode: TrieMode | None = None) -> torch.Tensor:
-        """:meth:`weight_sum` of a batch, shape ``(batch, len(decode))`` or a list of vectors.
+        """[`weight_sum`][] of a batch, shape ``(batch, len(decode))`` or a list of vectors.
 
         Returns a float32 tensor of shape ``(batch, num_nodes)``.
         """
@@ -176,7 +176,7 @@ class TokenByteTrie(FlatTrie):
         return self.batch_weight_max(as_vector(ws, len(self.decode), "weight_max")[None])[0]
 
     def batch_weight_max(self, ws: Any) -> torch.Tensor:
-        """:meth:`weight_max` of a batch, as :meth:`batch_weight_sum`."""
+        """[`weight_max`][] of a batch, as [`batch_weight_sum`][]."""
         arr = as_batch(ws, len(self.decode), "weight_max")
         return self._tensor(self._fill("max", arr, "batch_weight_max"))
 

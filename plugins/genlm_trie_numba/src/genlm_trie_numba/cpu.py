@@ -26,7 +26,7 @@ class TokenCharacterTrie(CharacterTrieBase):
 
     Node numbering and the dict attributes are genlm-backend 0.3.1's, so its results
     index the same way; the rows of a batch are spread over the cores. Arguments: see
-    :class:`~genlm_core.trie.base.CharacterTrieBase`.
+    [`CharacterTrieBase`][genlm_core.trie.base.CharacterTrieBase].
 
     Example::
 

@@ -1,9 +1,9 @@
 """genlm-trie-torch: a token trie whose masses torch computes on a CUDA GPU.
 
-:class:`TorchTokenCharacterTrie` turns token weights into the mass of every byte
+[`TorchTokenCharacterTrie`][] turns token weights into the mass of every byte
 prefix with sparse products on the device (float32). Installing this distribution
 registers it as the ``torch-cuda`` trie through the ``genlm.tries`` entry point
-(:mod:`genlm_trie_torch._plugin`); it is ranked below ``numba`` (model outputs arrive on
+(`genlm_trie_torch._plugin`); it is ranked below ``numba`` (model outputs arrive on
 the CPU), so name it: ``AsyncTokenCharacterTrie.from_vocab(vocab, backend="torch-cuda")``.
 genlm-core keeps its old import path, ``genlm_core.trie.TorchTokenCharacterTrie``.
 

@@ -311,6 +311,6 @@ def _csr(
 
 
 def cuda_trie(decode: Sequence[Any], **kwargs: Any) -> TorchTokenCharacterTrie:
-    """The ``torch-cuda`` registration: a :class:`TorchTokenCharacterTrie` on CUDA."""
+    """The ``torch-cuda`` registration: a [`TorchTokenCharacterTrie`][] on CUDA."""
     kwargs.setdefault("device", "cuda")
     return TorchTokenCharacterTrie(decode, **kwargs)

@@ -1,7 +1,7 @@
 """genlm-vllm: the vLLM backend for genlm-core.
 
 Installing this distribution registers the ``vllm`` backend through the
-``genlm.backends`` entry point (see :mod:`genlm_vllm._plugin`); load it with
+``genlm.backends`` entry point (see `genlm_vllm._plugin`); load it with
 ``genlm_core.load_model_by_name(name, backend="vllm")``.
 """
 

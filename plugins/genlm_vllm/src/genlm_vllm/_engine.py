@@ -4,7 +4,8 @@ Requests are added with ``LLMEngine.add_request`` and the engine is stepped unti
 of them has finished. vLLM schedules them however it likes (at most ``max_num_seqs``
 per step, prefills split into chunks, preemption under memory pressure); results are
 keyed by request id, so nothing depends on that order. A request the engine finishes
-without a result (aborted, errored) raises :class:`~genlm_vllm.errors.EngineOutputError`
+without a result (aborted, errored) raises
+[`EngineOutputError`][genlm_vllm.errors.EngineOutputError]
 naming it, and on any failure this batch's unfinished requests are aborted so the next
 batch starts clean.
 """

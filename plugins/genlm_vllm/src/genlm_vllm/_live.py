@@ -3,7 +3,7 @@
 A live context is a resumable vLLM request whose last input chunk has been computed: the
 engine core holds its K/V (its KV blocks and one request slot) and waits for its next
 chunk. A call whose context is a live context plus one token is sent as that one token
-(see :mod:`genlm_vllm._streaming`). This module is the bookkeeping only, without vLLM:
+(see `genlm_vllm._streaming`). This module is the bookkeeping only, without vLLM:
 which contexts are live, which one a call extends, and which to release when slots or
 KV blocks run short. Release is always of idle contexts (none of the current wave), least
 recently used first; releasing one never loses a row, it only makes its next extension a

@@ -79,7 +79,7 @@ def priority() -> int:
     """The automatic-choice rank of ``vllm`` for this machine's hardware.
 
     First wherever an NVIDIA GPU is visible; below hf without one (see
-    :data:`CPU_PRIORITY`).
+    [`CPU_PRIORITY`][]).
     """
     return GPU_PRIORITY if nvidia_gpu_count()[0] else CPU_PRIORITY
 

@@ -9,15 +9,15 @@ the turn's sampled token, and computes the new tokens only. It lives in the engi
 core's scheduler, not in the model runner, so it works with every executor
 (multiprocessing tensor parallelism, Ray, pipeline parallelism).
 
-:class:`LiveRunner` uses it for next-token rows: each context it computes stays live
+[`LiveRunner`][] uses it for next-token rows: each context it computes stays live
 (``max_tokens=1``, ``logprobs=-1``), and a call whose context is a live context plus
 one token is sent as that one token. Rows come out of the engine-core outputs through
-:class:`~genlm_vllm._compat.RowCapture`, keyed by request id, as on the per-call path.
-Live contexts are bounded by :class:`~genlm_vllm._live.LiveTable` (request slots and KV
+`RowCapture`, keyed by request id, as on the per-call path.
+Live contexts are bounded by `LiveTable` (request slots and KV
 blocks, least recently used released first, released also before any other engine run
 needs the slots); a released context's next extension is simply a fresh request, so no
 row is ever lost or taken from the wrong context. One runner per engine
-(:meth:`LiveRunner.of`), shared by every wrapper of that engine.
+([`LiveRunner.of`][]), shared by every wrapper of that engine.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ Concurrent ``next_token_logprobs`` calls are coalesced by genlm-core's AutoBatch
 (deduplicated, output-cached); each batch goes to the engine as one set of
 ``max_tokens=1, logprobs=-1`` requests, which vLLM schedules with its continuous
 batching and prefix cache. Each computed context stays live in the engine (a resumable
-request, :mod:`genlm_vllm._streaming`): a call extending it by one token sends only
+request, `genlm_vllm._streaming`): a call extending it by one token sends only
 that token. Rows are collected by request id, so a batch larger than
 the engine's ``max_num_seqs`` (vLLM then runs it over several steps) comes back
-complete and in order; see :mod:`genlm_vllm._engine`. ``sample``/``batch_sample`` use
+complete and in order; see `genlm_vllm._engine`. ``sample``/``batch_sample`` use
 vLLM's own sampler. LoRA adapters: genlm-core keeps the table of versions; each version
 gets an engine id from a process-wide counter, never reused, so a replaced or removed
 adapter's cached weights are never served again.
@@ -38,7 +38,7 @@ from genlm_vllm.errors import ModelLoadError
 
 __all__ = ["CPU_KV_CACHE_BYTES", "DEFAULT_ENGINE_OPTS", "VLLM_TEMPERATURES", "AsyncVirtualLM"]
 
-#: Engine options :meth:`AsyncVirtualLM.from_name` sets unless ``engine_opts`` overrides them.
+#: Engine options [`AsyncVirtualLM.from_name`][] sets unless ``engine_opts`` overrides them.
 DEFAULT_ENGINE_OPTS: dict[str, Any] = {
     "enable_prefix_caching": True,
     "max_logprobs": -1,  # full-vocabulary rows
@@ -68,11 +68,11 @@ class AsyncVirtualLM(EngineLM):
             vLLM still runs at most ``max_num_seqs`` per step).
         live_contexts: Keep each computed context live in the engine so that a call
             extending it by one token computes that token only (default True; see
-            :mod:`genlm_vllm._streaming`). False: every call is a new engine request
+            `genlm_vllm._streaming`). False: every call is a new engine request
             and only vLLM's prefix cache (whole KV blocks) is reused.
         max_wait: Seconds a batch may wait for more callers (default 0).
-        **kwargs: ``owns_engine`` (see :class:`~genlm_backend_kit.EngineLM`) and the
-            cache and batching options of :class:`~genlm_core.lm.BatchedAsyncLM`.
+        **kwargs: ``owns_engine`` (see [`EngineLM`][genlm_backend_kit.EngineLM]) and the
+            cache and batching options of [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM].
 
     Raises:
         InvalidArgumentError: The engine cannot return full-vocabulary log-probs.
@@ -113,13 +113,13 @@ class AsyncVirtualLM(EngineLM):
 
     @classmethod
     def engine_options(cls, engine_opts: dict[str, Any]) -> dict[str, Any]:
-        """``vllm.LLM``'s keyword arguments: ``engine_opts`` over :data:`DEFAULT_ENGINE_OPTS`.
+        """``vllm.LLM``'s keyword arguments: ``engine_opts`` over `DEFAULT_ENGINE_OPTS`.
 
         ``engine_opts`` are ``vllm.EngineArgs`` (``tensor_parallel_size``,
         ``pipeline_parallel_size``, ``distributed_executor_backend="ray"``,
         ``max_num_seqs``, ``enable_lora``, ...). On a CPU build of vLLM the default dtype
         is float32 (half precision is slow and inexact on CPUs) and the KV cache gets
-        :data:`CPU_KV_CACHE_BYTES` unless ``VLLM_CPU_KVCACHE_SPACE`` or ``engine_opts``
+        `CPU_KV_CACHE_BYTES` unless ``VLLM_CPU_KVCACHE_SPACE`` or ``engine_opts``
         size it.
 
         Raises:
@@ -141,7 +141,7 @@ class AsyncVirtualLM(EngineLM):
 
     @classmethod
     def start_engine(cls, model_name: str, engine_opts: dict[str, Any]) -> Any:
-        """Start a ``vllm.LLM`` for ``model_name`` with :meth:`engine_options`.
+        """Start a ``vllm.LLM`` for ``model_name`` with [`engine_options`][].
 
         Raises:
             ModelLoadError: vLLM could not start the engine.
@@ -219,8 +219,9 @@ class AsyncVirtualLM(EngineLM):
     ) -> list[list[int]]:
         """Sample one continuation per prompt in one engine run (prompt ``i`` uses ``seed + i``).
 
-        Temperatures outside vLLM's range (:data:`VLLM_TEMPERATURES`) are sampled by the
-        base class instead, token by token from :meth:`next_token_logprobs`.
+        Temperatures outside vLLM's range (`VLLM_TEMPERATURES`) are sampled by the
+        base class instead, token by token from
+        [`next_token_logprobs`][genlm_core.lm.AsyncLMBase.next_token_logprobs].
         """
         requests = self.make_requests(
             prompt_token_ids_list, lora_name, argument="prompt_token_ids_list"

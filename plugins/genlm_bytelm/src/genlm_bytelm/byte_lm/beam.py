@@ -1,6 +1,6 @@
 """``ByteBeamState``: a language model over bytes, by a beam over tokenizations.
 
-Keeps the ``K`` heaviest partial tokenizations (:class:`LazyTrieState`) and reads one
+Keeps the ``K`` heaviest partial tokenizations ([`LazyTrieState`][]) and reads one
 byte at a time: genlm-bytes 0.2.0's algorithm, parameters and results (weights in
 float64). How it batches model calls: docs/bytes.md, *Speed, and where the time goes*.
 """

@@ -2,7 +2,7 @@
 
 ``mass[node]`` is the log-probability, after the context, of the tokens starting with the
 node's bytes; reading a byte adds ``mass[child] - mass[node]`` to the weight. Masses are
-computed by :meth:`LazyTrieState.materialize`, only for states that pass pruning.
+computed by [`LazyTrieState.materialize`][], only for states that pass pruning.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class LazyTrieState:
 
     @property
     def mass(self) -> np.ndarray:
-        """Log-mass of every trie node; ``NotMaterializedError`` before :meth:`materialize`."""
+        """Log-mass of every trie node; ``NotMaterializedError`` before [`materialize`][]."""
         if self._mass is None:
             raise NotMaterializedError(
                 "State is not yet materialized: await state.materialize() first"
@@ -86,7 +86,7 @@ class LazyTrieState:
         return self._mass is not None
 
     def with_mode(self, mode: Any) -> LazyTrieState:
-        """The same state in another :class:`TrieMode` (masses kept)."""
+        """The same state in another [`TrieMode`][] (masses kept)."""
         return type(self)(
             lm_state=self.lm_state,
             trie=self.trie,

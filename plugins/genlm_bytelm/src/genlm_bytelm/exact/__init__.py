@@ -1,1 +1,1 @@
-"""The exact byte state, ``ExactByteState`` (:mod:`.state`), and its canonical filters."""
+"""The exact byte state, ``ExactByteState`` ([`.state`][]), and its canonical filters."""

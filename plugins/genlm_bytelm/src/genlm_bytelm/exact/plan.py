@@ -1,7 +1,7 @@
 """Which contexts reading known bytes will ask the model for, found without the model.
 
 Canonicality does not depend on the model's probabilities, so ``prefill`` lists its
-contexts in advance (:mod:`.prefill`) and generation asks for those along the predicted
+contexts in advance ([`.prefill`][]) and generation asks for those along the predicted
 bytes in a forward it needs anyway (speculation).
 """
 

@@ -66,7 +66,7 @@ class _Shared:
 
 
 class ExactByteState(CandidateStates):
-    """Every canonical tokenization covering the bytes read; build it with :meth:`initial`."""
+    """Every canonical tokenization covering the bytes read; build it with [`initial`][]."""
 
     def __init__(self, states: list[ExactTrieState], shared: _Shared) -> None:
         self.states = sorted(states, key=lambda s: -s.weight)
@@ -286,7 +286,7 @@ async def _entries(
 ) -> dict[int, list[float]]:
     """For each node (by ``id``), its children's tokens' log-probabilities after it.
 
-    One prefix call along the chain, batched calls for the rest, within :mod:`.prefill`'s budgets.
+    One prefix call along the chain, batched calls for the rest, within [`.prefill`][]'s budgets.
     """
     # Nodes with the same context share a row. A context is keyed by its shared
     # prefix list (by identity) and its tail: no copy or hash of its token ids, which

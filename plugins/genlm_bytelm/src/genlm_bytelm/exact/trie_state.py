@@ -1,6 +1,6 @@
 """What ``ExactByteState`` is made of: canonical contexts and masked trie states.
 
-:class:`ExactTrieState` masses count only the next tokens that keep the context
+[`ExactTrieState`][] masses count only the next tokens that keep the context
 canonical, in float64; its weight at a token boundary is ``log p(context)`` plus the
 log-mass of the canonical next tokens (the model is not renormalised).
 """
@@ -86,6 +86,6 @@ def shared_filter(llm: Any) -> CanonicalFilter:
 
 
 async def shared_filter_async(llm: Any) -> CanonicalFilter:
-    """:func:`shared_filter`, built in a worker thread (once for concurrent callers)."""
+    """[`shared_filter`][], built in a worker thread (once for concurrent callers)."""
     build = lambda: canonical_filter(llm.tokenizer, llm.byte_vocab)  # noqa: E731
     return await shared_async(llm, "canonical filter", build)

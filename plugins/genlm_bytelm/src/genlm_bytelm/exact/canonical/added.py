@@ -1,10 +1,10 @@
 """Added tokens (Qwen3's ``<think>``, Gemma 3's ``</div>``) in canonical tokenizations.
 
-The tokenizer cuts its added tokens' contents out of a text first (:mod:`.added_split`),
+The tokenizer cuts its added tokens' contents out of a text first ([`.added_split`][]),
 emits those tokens, and encodes the plain runs between them on their own. So a token
 string is canonical when its added tokens sit exactly where that cut puts them in the
 text the tokens spell, and each plain run is canonical for the inner filter (byte-level
-or SentencePiece BPE) from a fresh start. :class:`AddedTokensFilter` wraps the inner
+or SentencePiece BPE) from a fresh start. [`AddedTokensFilter`][] wraps the inner
 filter with that rule (docs/bytes.md, *Added tokens*). Special tokens are not cut:
 their contents are text, as ``encode_special_tokens`` encodes them.
 """
@@ -36,7 +36,7 @@ class AddedPending:
     """The state after a context: the inner filter's, plus what the added-token cut needs.
 
     ``inner``: the inner filter's state for the plain run since the last added token;
-    ``tail``: the text's end from where the cut may still change (:meth:`AddedSplit.settled_start`),
+    ``tail``: the text's end from where the cut may still change ([`AddedSplit.settled_start`][]),
     ``spans``: the added tokens in it, ``(start, end, id)``; ``run_end``: the run's last
     bytes (for ``lstrip``); ``after_rstrip``: the run follows an ``rstrip`` token and is empty.
     """
@@ -64,7 +64,7 @@ class AddedPending:
 class AddedTokensFilter:
     """Canonical next tokens of a tokenizer with added tokens (see module doc).
 
-    The interface of :class:`~.filter.CanonicalFilter` that ``ExactByteState`` uses, over
+    The interface of [`CanonicalFilter`][.filter.CanonicalFilter] that ``ExactByteState`` uses, over
     ``inner``, the filter of the tokenizer's BPE.
     """
 
@@ -166,7 +166,7 @@ class AddedTokensFilter:
         return out
 
     def valid_next(self, pending: Any, token: int) -> bool:
-        """Whether ``context + [token]`` is canonical (one token; the rules of :meth:`mask`)."""
+        """Whether ``context + [token]`` is canonical (one token; the rules of [`mask`][])."""
         state = self._state(pending)
         token = int(token)
         if state.tail:
@@ -246,7 +246,7 @@ class AddedTokensFilter:
         return (out, state) if out else None
 
     def warm(self, length: int = 4) -> int:
-        """The inner filter's :meth:`warm`."""
+        """The inner filter's [`warm`][]."""
         return self.inner.warm(length)
 
 
@@ -272,7 +272,7 @@ def _ends_space(run_end: bytes) -> bool:
 
 
 def with_added_tokens(inner: Any, tokenizer: Any) -> Any:
-    """``inner``, wrapped in an :class:`AddedTokensFilter` when the tokenizer cuts added tokens.
+    """``inner``, wrapped in an [`AddedTokensFilter`][] when the tokenizer cuts added tokens.
 
     Raises:
         CanonicalityUnsupportedError: An added token the emulation does not cover.

@@ -27,7 +27,7 @@ class BPEPairs:
         ids = spec.vocab
         self.ranks = merge_ranks(spec.merges, ids)
         # Merges-only BPE (no ignore_merges): what bigram validity is about. Without
-        # ignore_merges that is the tokenizer's own model; with it, :func:`_bpe` on the
+        # ignore_merges that is the tokenizer's own model; with it, `_bpe` on the
         # bytes (building a second Rust model would hold the GIL ~0.2 s for Llama-3,
         # freezing the event loop whatever thread builds the filter).
         self._merges_only = None if spec.ignore_merges else spec.backend.model

@@ -1,8 +1,8 @@
 """``CanonicalFilter``: which tokens may come next in a canonical byte-level BPE token string.
 
-It checks pre-token boundaries (:mod:`.tables`), BPE inside pre-tokens (:mod:`.bpe`),
-characters split between tokens (:mod:`.tokens`) and, behind an NFC normalizer,
-NFC-ness (:mod:`.nfc`); docs/bytes.md, *How the filter computes it*.
+It checks pre-token boundaries ([`.tables`][]), BPE inside pre-tokens ([`.bpe`][]),
+characters split between tokens ([`.tokens`][]) and, behind an NFC normalizer,
+NFC-ness ([`.nfc`][]); docs/bytes.md, *How the filter computes it*.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class CanonicalFilter:
         self._analyse_tokens()
         self.pretok.verify(self.spec.backend, verification_texts(self.texts, self.classes.reps))
         #: How many tokens ahead a pre-token that must go on is followed (exact: see
-        #: :mod:`.limits`).
+        #: [`.limits`][]).
         self.max_depth = straddle_depth(self.spec, self.pairs, self.pretok, self.texts)
         self.tables = Tables(self.pretok, self.strings)
         self._settled: dict[tuple[int, ...], int] = {}
@@ -331,7 +331,7 @@ class CanonicalFilter:
         return hit, ent_hit
 
     def valid_next(self, pending: Pending, token: int) -> bool:
-        """Whether ``context + [token]`` is canonical (one token; same rules as :meth:`mask`)."""
+        """Whether ``context + [token]`` is canonical (one token; same rules as [`mask`][])."""
         return self._valid(pending, token, 0)
 
     def _valid(self, pending: Pending, token: int, depth: int) -> bool:

@@ -12,7 +12,7 @@ __all__ = ["EMPTY", "Pending", "missing_bytes"]
 
 
 class Pending:
-    """The unsettled end of a context (``segment``: its last NFC segment, see :mod:`.nfc`)."""
+    """The unsettled end of a context (``segment``: its last NFC segment, see [`.nfc`][])."""
 
     __slots__ = ("data", "ends", "ids", "partial", "segment", "text")
 

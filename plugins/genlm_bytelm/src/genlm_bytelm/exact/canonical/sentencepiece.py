@@ -41,7 +41,7 @@ MASKS_KEPT = 256
 class SentencePieceFilter:
     """Canonical next tokens of a SentencePiece-style BPE (see module doc).
 
-    The interface of :class:`~.filter.CanonicalFilter` that ``ExactByteState`` uses.
+    The interface of [`CanonicalFilter`][.filter.CanonicalFilter] that ``ExactByteState`` uses.
 
     Raises:
         CanonicalityUnsupportedError: Not a recognised family, or the vocabulary's bytes
@@ -166,7 +166,7 @@ class SentencePieceFilter:
         return out
 
     def valid_next(self, pending: Any, token: int) -> bool:
-        """Whether ``context + [token]`` is canonical (one token; the rules of :meth:`mask`)."""
+        """Whether ``context + [token]`` is canonical (one token; the rules of [`mask`][])."""
         state = self._state(pending)
         token = int(token)
         if state.last < 0 and self.spec.dummy_prefix and not self.starts_space[token]:
@@ -185,7 +185,7 @@ class SentencePieceFilter:
         return not self._state(pending).run
 
     def warm(self, length: int = 4) -> int:
-        """Nothing to build ahead (kept for :class:`~.filter.CanonicalFilter`'s interface)."""
+        """Nothing to build ahead (kept for `CanonicalFilter`'s interface)."""
         return 0
 
 

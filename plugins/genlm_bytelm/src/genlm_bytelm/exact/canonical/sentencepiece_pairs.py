@@ -1,7 +1,7 @@
 """BPE pair tests over characters, for SentencePiece-style BPE with byte fallback.
 
-The pair rule of :class:`~.bpe.BPEPairs` holds with characters as the base symbols (a
-character that is no piece is byte tokens, which no merge touches); :class:`CharPairs`
+The pair rule of [`BPEPairs`][.bpe.BPEPairs] holds with characters as the base symbols (a
+character that is no piece is byte tokens, which no merge touches); [`CharPairs`][]
 derives each piece from its characters, checked against the tokenizer's ``model.tokenize``.
 """
 

@@ -1,7 +1,7 @@
 """What the exact byte-level LM must know of a byte-level BPE tokenizer, from ``tokenizer.json``.
 
 Read from the tokenizer's own pieces, never guessed; what is not covered raises
-:class:`~genlm_bytelm.errors.CanonicalityUnsupportedError` naming the part.
+[`CanonicalityUnsupportedError`][genlm_bytelm.errors.CanonicalityUnsupportedError] naming the part.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pre-token structures of a pending text followed by a token, cached by class strings.
 
-A :data:`Structure` says where the pending text's boundaries fall before a token, and the
+A [`Structure`][] says where the pending text's boundaries fall before a token, and the
 token then closes its pre-token or straddles into the next (docs/bytes.md, *How the
 filter computes it*). Pending texts that split alike share one table.
 """
@@ -140,7 +140,7 @@ class PendingTable:
         return out
 
     def close(self, cs: int) -> int:
-        """Bitmask (over :attr:`structures`) of the structures where ``cs`` closes."""
+        """Bitmask (over [`structures`][]) of the structures where ``cs`` closes."""
         if cs not in self._close:
             self._compute(cs)
         return self._close[cs]
@@ -152,7 +152,7 @@ class PendingTable:
         return self._straddle[cs]
 
     def close_array(self) -> np.ndarray:
-        """:meth:`close` of every token class string, as :func:`bitset_words` rows."""
+        """[`close`][] of every token class string, as [`bitset_words`][] rows."""
         n = len(self.strings)
         if self._array is None or self._array.shape[1] != n:
             for cs in range(n):
@@ -161,7 +161,7 @@ class PendingTable:
         return self._array
 
     def straddle_array(self) -> np.ndarray:
-        """Bitsets (over :attr:`structures`) of the straddling structures of every class string."""
+        """Bitsets (over [`structures`][]) of the straddling structures of every class string."""
         n = len(self.strings)
         if self._straddle_array is None or self._straddle_array.shape[1] != n:
             self.close_array()
@@ -210,7 +210,7 @@ def bitset_words(masks: list[int], size: int) -> np.ndarray:
 
 
 def any_bit(words: np.ndarray, mask: int) -> np.ndarray:
-    """Per column of ``words`` (:func:`bitset_words`): whether it shares a bit with ``mask``."""
+    """Per column of ``words`` ([`bitset_words`][]): whether it shares a bit with ``mask``."""
     out = np.zeros(words.shape[1], dtype=bool)
     for w in range(words.shape[0]):
         part = (mask >> (64 * w)) & _WORD

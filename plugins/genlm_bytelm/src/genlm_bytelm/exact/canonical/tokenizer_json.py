@@ -1,7 +1,7 @@
 """A tokenizer's ``tokenizer.json``, read without holding the GIL for long.
 
 ``Tokenizer.to_str()`` and ``json.loads`` each hold the GIL for a tenth of a second or
-more; when the file the tokenizer was loaded from still :func:`describes` it, the file
+more; when the file the tokenizer was loaded from still [`describes`][] it, the file
 is read and parsed item by item instead (docs/bytes.md, *The event loop*).
 """
 

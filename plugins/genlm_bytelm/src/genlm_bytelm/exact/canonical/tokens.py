@@ -1,7 +1,7 @@
 r"""Vocabulary tokens as text: split characters, and the ways to complete them.
 
 A token ending inside a UTF-8 character is judged with completions of it
-(:func:`completions`, docs/bytes.md, *How the filter computes it*).
+([`completions`][], docs/bytes.md, *How the filter computes it*).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ __all__ = ["LEAD", "TEXT", "TRAIL", "Completion", "completions", "split_utf8", "
 WITNESSES = 3
 
 
-#: Fields of :func:`split_utf8`'s tuples: plain tuples, not NamedTuples, because the
+#: Fields of [`split_utf8`][]'s tuples: plain tuples, not NamedTuples, because the
 #: garbage collector stops tracking tuples of strings (128k of them lengthened every
 #: full collection, which pauses the event loop: 103-106 ms stalls measured).
 LEAD, TEXT, TRAIL = 0, 1, 2
@@ -96,8 +96,8 @@ def completions(
     """Ways to complete ``token``'s partial last character, grouped by class string.
 
     Continuation-byte tokens or one ``mixed`` token (finishing it and adding a character),
-    their pairs left alone by BPE; at most :data:`WITNESSES` per class string and first
-    completing token, further split by ``distinct`` (NFC, :mod:`.nfc`).
+    their pairs left alone by BPE; at most [`WITNESSES`][] per class string and first
+    completing token, further split by ``distinct`` (NFC, [`.nfc`][]).
     """
     need = utf8_length(trail[0]) - len(trail)
     found: dict[Any, list[Completion]] = {}
@@ -146,7 +146,7 @@ def _byte_strings(n: int) -> list[bytes]:
 
 
 def _first(rest: bytes, byte_ids: dict[bytes, int], bad: Any) -> int | None:
-    """The longest token starting ``rest`` that may follow (the first :func:`_spell` tries)."""
+    """The longest token starting ``rest`` that may follow (the first `_spell` tries)."""
     for end in range(len(rest), 0, -1):
         t = byte_ids.get(rest[:end])
         if t is not None and not bad[t]:
