@@ -1,4 +1,4 @@
-"""ExactByteState: its speed races (for bench_bytes.py) and the figures in docs/bytes.md.
+"""ExactByteState: its speed races (for bench_bytes.py) and the figures in docs/reports/bytes.md.
 
 Races, same model object and run as bench_bytes.py (SmolLM2-135M-Instruct fp32, hf):
 

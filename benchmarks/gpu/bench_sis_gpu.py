@@ -427,7 +427,7 @@ def main() -> None:
         "--no-cudnn-sdp",
         action="store_true",
         help="turn torch's cuDNN attention backend off (on an H100 it cost 0.64 ms of host "
-        "time per attention call; see docs/gpu.md)",
+        "time per attention call; see docs/reports/gpu.md)",
     )
     parser.add_argument("--batch-size", type=int, help="genlm-hf's batch_size (default: its own)")
     args = parser.parse_args()

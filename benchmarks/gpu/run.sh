@@ -4,7 +4,7 @@
 # genlm-backend 0.3.1. Needs .gpu/ from benchmarks/gpu/prepare.sh (for a machine
 # without network) or the packages installed. Logs and JSON go to $OUT (default
 # /tmp/genlm-gpu). Each part has its own time limit and a failure in one does not
-# stop the others. docs/gpu.md has the figures of the last run.
+# stop the others. docs/reports/gpu.md has the figures of the last runs.
 #   benchmarks/gpu/run.sh [tests|sis|trie|profile ...]   # default: tests sis trie
 # SIS_ARGS / TRIE_ARGS add arguments to the benchmarks (a CPU dry run: "--device cpu ...").
 set -uo pipefail

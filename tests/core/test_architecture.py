@@ -221,6 +221,28 @@ def test_each_plugin_imports_only_what_its_pyproject_requires() -> None:
     assert not wrong, f"import only declared distributions (or declare them): {wrong}"
 
 
+def _submodule(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+def test_every_name_a_plugin_takes_from_the_core_or_the_kit_exists() -> None:
+    """``from genlm_core.x import name`` in a plugin: the name is there (moves break this)."""
+    missing = []
+    for path in sorted(ROOT.glob("plugins/*/src/**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            if module and module.split(".")[0] in ("genlm_core", "genlm_backend_kit"):
+                owner = importlib.import_module(module)
+                for alias in node.names:
+                    if not hasattr(owner, alias.name) and not _submodule(f"{module}.{alias.name}"):
+                        missing.append(f"{path.relative_to(ROOT)}: {module}.{alias.name}")
+    assert not missing, missing
+
+
 #: The trie plugins' sources, and the one core module that may name them: the shim that
 #: keeps genlm-backend's names (``from genlm_core.trie import TokenCharacterTrie``).
 TRIE_SHIM = "genlm_core/trie/__init__.py"

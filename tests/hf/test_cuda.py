@@ -1,8 +1,8 @@
 """genlm-hf on an NVIDIA GPU, and the architectures its prefix cache must be exact on.
 
 Tests marked ``cuda`` skip with the reason on a machine without an NVIDIA GPU; they
-ran on a lent H100 (``docs/gpu.md`` has the command and the figures). The architecture
-tests without the mark run everywhere, in float32 on the CPU.
+ran on a lent H100 (``docs/gpu.md`` has the command, ``docs/reports/gpu.md`` the
+figures). The architecture tests without the mark run everywhere, in float32 on the CPU.
 
 Tolerances:
 

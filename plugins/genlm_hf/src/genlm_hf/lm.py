@@ -33,12 +33,8 @@ from typing import Any
 
 import torch
 
-from genlm_backend_kit import (
-    DEFAULT_KV_CACHE_BYTES,
-    PrefixCachedLM,
-    is_int_at_least,
-    max_positions_of,
-)
+from genlm_backend_kit import DEFAULT_KV_CACHE_BYTES, PrefixCachedLM, max_positions_of
+from genlm_core.checks import is_int_at_least
 from genlm_core.lm import LoraAdapter, PrefixRequest
 from genlm_core.loading import check_dtype, resolve_model_name
 from genlm_hf import _peft
@@ -116,7 +112,7 @@ class AsyncTransformer(PrefixCachedLM):
             torch work (see `genlm_hf._threads`); torch's setting otherwise.
         row_device: Where the log-prob rows callers get live. ``"auto"`` (default):
             on the model's device (a GPU's rows stay there: no transfer to the host,
-            measured faster on an H100, see ``docs/gpu.md``); ``"cpu"``: always moved
+            measured faster on an H100, see ``docs/reports/gpu.md``); ``"cpu"``: always moved
             to the CPU (genlm-backend 0.3.1's ``AsyncTransformer`` does this);
             ``"model"``: on the device of the model's output layer. The resolved
             device is `row_device`.

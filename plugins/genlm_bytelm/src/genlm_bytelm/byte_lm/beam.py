@@ -2,7 +2,7 @@
 
 Keeps the ``K`` heaviest partial tokenizations ([`LazyTrieState`][]) and reads one
 byte at a time: genlm-bytes 0.2.0's algorithm, parameters and results (weights in
-float64). How it batches model calls: docs/bytes.md, *Speed, and where the time goes*.
+float64). How it batches model calls: docs/reports/bytes.md, *Speed, and where the time goes*.
 """
 
 from __future__ import annotations
