@@ -203,3 +203,20 @@ def test_every_dotted_name_the_docs_mention_exists():
         except (KeyError, ImportError, griffe.AliasResolutionError) as error:
             missing.append(f"{page.relative_to(ROOT)}: {name} ({type(error).__name__})")
     assert not missing, missing
+
+
+#: The sections of every backend's page, in this order (more may follow).
+BACKEND_TEMPLATE = [
+    "Install", "Use", "Options", "Devices", "LoRA adapters", "Limits", "How it works"
+]  # fmt: skip
+
+
+def test_every_official_backend_has_a_page_from_the_one_template():
+    import tomllib
+
+    table = tomllib.loads((ROOT / "genlm_core/plugins/official.toml").read_text())
+    for name in table:
+        page = ROOT / "docs" / "backends" / f"{name}.md"
+        assert page.is_file(), f"official backend {name!r} has no page: write {page}"
+        sections = re.findall(r"^## (.+)$", page.read_text(), re.MULTILINE)
+        assert sections[: len(BACKEND_TEMPLATE)] == BACKEND_TEMPLATE, (page.name, sections)

@@ -10,7 +10,7 @@ started once and stopped (with every process it spawned) at the end of the sessi
 Both run with ``max_running_requests=4`` and ``chunked_prefill_size=64``: any batch of
 more than four prompts is split by SGLang's scheduler over several steps, and longer
 prompts are prefilled in chunks. On a machine without an NVIDIA GPU they use SGLang's
-CPU recipe (``genlm_sgl.lm.CPU_ENGINE_OPTS``); see the plugin README.
+CPU recipe (``genlm_sgl.lm.CPU_ENGINE_OPTS``); see docs/backends/sgl.md, "Devices".
 """
 
 from __future__ import annotations
