@@ -5,7 +5,7 @@
 * The adjacent-pair rule judged in isolation (``encode(decode([a, c])) == [a, c]``) is
   not exact: it rejects canonical tokenizations (GPT-2 ``"\\n\\n"`` before a letter,
   contractions after punctuation, Llama-3's punctuation+letter pre-tokens); measured
-  counts are in docs/bytes.md (``python benchmarks/bytes_exact.py rules``).
+  counts are in docs/bytes-design.md (``python benchmarks/bytes_exact.py rules``).
 * Prefix canonicality ("a prefix of the encoding of some continuation") against the
   oracle's encoder search, on random tokenizations of random strings.
 * The vectorised mask equals the one-token answer; BPE pair tests equal the

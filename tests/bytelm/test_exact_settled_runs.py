@@ -2,7 +2,7 @@
 
 Past a pre-token boundary that no later text can move, a text has one canonical
 tokenization, so the prefill takes it from the encoder (``CanonicalFilter.settled_run``)
-instead of trying every token at every byte (docs/bytes.md, *Long texts*). These tests
+instead of trying every token at every byte (docs/bytes-design.md, *Long texts*). These tests
 hold it to the byte-by-byte reading (``exact_prefill.SETTLED_RUNS = False``) on every
 byte-level family: the same candidates, weights within 1e-9 on the mock.
 """

@@ -220,3 +220,21 @@ def test_every_official_backend_has_a_page_from_the_one_template():
         assert page.is_file(), f"official backend {name!r} has no page: write {page}"
         sections = re.findall(r"^## (.+)$", page.read_text(), re.MULTILINE)
         assert sections[: len(BACKEND_TEMPLATE)] == BACKEND_TEMPLATE, (page.name, sections)
+
+
+#: The pages for users (the site's "Use" section): guides, not measurement logs.
+USER_PAGES = ["guide.md", "bytes.md", "gpu.md", "migrating.md", "backends/*.md"]
+#: What marks a measurement log: a run's date, or the machine's load during it.
+MEASUREMENT_LOG = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bload (average )?~?\d")
+
+
+def test_the_guides_hold_no_measurement_logs():
+    """Dated runs and their machine's load belong in docs/reports/, linked from the guide."""
+    pages = [p for pattern in USER_PAGES for p in sorted((ROOT / "docs").glob(pattern))]
+    logs = [
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()[:80]}"
+        for page in pages
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        if MEASUREMENT_LOG.search(line)
+    ]
+    assert not logs, logs

@@ -2,7 +2,7 @@
 
 One registry ([`shared`][], [`shared_async`][]) per model, held weakly, per key; a
 build runs once for everyone asking meanwhile, in a worker thread for the async form.
-[`locked`][] calls a shared filter off the event loop under its lock (docs/bytes.md,
+[`locked`][] calls a shared filter off the event loop under its lock (docs/bytes-design.md,
 *The event loop*).
 """
 

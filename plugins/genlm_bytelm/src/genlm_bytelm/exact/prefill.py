@@ -2,7 +2,7 @@
 
 Each window's contexts are listed (with ``LOOKAHEAD_BYTES`` more to drop dead ones), asked
 for in budgeted calls keeping only the row entries needed, then dropped; the result is
-the unwindowed one (docs/bytes.md, *Long texts*).
+the unwindowed one (docs/bytes-design.md, *Long texts*).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """BPE inside one pre-token: which adjacent token pairs the merges leave as they are.
 
-A token string is the BPE of its bytes exactly when every adjacent pair is (docs/bytes.md,
+A token string is the BPE of its bytes exactly when every adjacent pair is (docs/bytes-design.md,
 *How the filter computes it*); scalar questions go to the tokenizer's own BPE model.
 """
 

@@ -2,7 +2,7 @@
 
 It checks pre-token boundaries ([`.tables`][]), BPE inside pre-tokens ([`.bpe`][]),
 characters split between tokens ([`.tokens`][]) and, behind an NFC normalizer,
-NFC-ness ([`.nfc`][]); docs/bytes.md, *How the filter computes it*.
+NFC-ness ([`.nfc`][]); docs/bytes-design.md, *How the filter computes it*.
 """
 
 from __future__ import annotations
@@ -441,7 +441,7 @@ class CanonicalFilter:
         ``pending`` (no partial character) ends at ``start``. Returned: the tokens of
         ``text[start:end]`` (``end <= stop``) that every canonical extension of the context
         spelling ``text[start:end]`` starts with, and ``extend``'s pending after them
-        (docs/bytes.md, *Long texts*).
+        (docs/bytes-design.md, *Long texts*).
         """
         if pending.partial:
             return None

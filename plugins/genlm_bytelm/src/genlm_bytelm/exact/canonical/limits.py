@@ -2,7 +2,7 @@
 
 The straddle search goes one token deeper only from a context no next token closes; the
 pre-tokenizer's lookahead and (with ``ignore_merges``) the longest vocabulary entry the
-merges never build bound such runs (docs/bytes.md, *Exactness, tested*).
+merges never build bound such runs (docs/bytes-design.md, *Exactness, tested*).
 """
 
 from __future__ import annotations

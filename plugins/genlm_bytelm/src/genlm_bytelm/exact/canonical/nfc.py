@@ -1,7 +1,7 @@
 """Canonicality behind an NFC normalizer (Qwen2, Qwen3): which next tokens keep text NFC.
 
 Decided with *inert* characters, after which nothing composes or reorders
-(docs/bytes.md, *Qwen2 and Qwen3*); [`NFC`][] keeps only the inert characters on
+(docs/bytes-design.md, *Qwen2 and Qwen3*); [`NFC`][] keeps only the inert characters on
 which ``unicodedata`` and the tokenizer's own normalizer agree.
 """
 

@@ -1,7 +1,7 @@
 r"""The tokenizer's pre-tokenizer, emulated, and the character classes it can tell apart.
 
 Characters the regexes cannot tell apart share a class, so boundaries are computed per
-class string, a few hundred regex runs (docs/bytes.md, *How the filter computes it*).
+class string, a few hundred regex runs (docs/bytes-design.md, *How the filter computes it*).
 The emulation is checked against the tokenizer's ``pre_tokenize_str`` when built.
 """
 

@@ -2,7 +2,7 @@
 
 A token string is canonical when its pieces are derivable and pairwise left alone by the
 merges, byte-token runs spell whole characters that are no piece, and (with a dummy
-prefix) the first piece starts with ``▁`` (docs/bytes.md, *SentencePiece families*).
+prefix) the first piece starts with ``▁`` (docs/bytes-design.md, *SentencePiece families*).
 """
 
 from __future__ import annotations

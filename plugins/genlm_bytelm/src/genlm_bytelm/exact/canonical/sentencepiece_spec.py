@@ -1,6 +1,6 @@
 """SentencePiece-style BPE tokenizers (byte fallback, spaces as ``▁``), read for canonicality.
 
-Three families (Llama-2, Mistral v0.1, Gemma 3: docs/bytes.md, *SentencePiece families*)
+Three families (Llama-2, Mistral v0.1, Gemma 3: docs/bytes-design.md, *SentencePiece families*)
 are recognised from ``tokenizer.json`` and checked on probe texts; each makes of a text
 one BPE word, and the tokenizer's BPE model is the reference encoder.
 """

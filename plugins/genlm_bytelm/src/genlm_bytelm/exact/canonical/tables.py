@@ -1,7 +1,7 @@
 """Pre-token structures of a pending text followed by a token, cached by class strings.
 
 A [`Structure`][] says where the pending text's boundaries fall before a token, and the
-token then closes its pre-token or straddles into the next (docs/bytes.md, *How the
+token then closes its pre-token or straddles into the next (docs/bytes-design.md, *How the
 filter computes it*). Pending texts that split alike share one table.
 """
 

@@ -2,7 +2,7 @@
 
 ``Tokenizer.to_str()`` and ``json.loads`` each hold the GIL for a tenth of a second or
 more; when the file the tokenizer was loaded from still [`describes`][] it, the file
-is read and parsed item by item instead (docs/bytes.md, *The event loop*).
+is read and parsed item by item instead (docs/bytes-design.md, *The event loop*).
 """
 
 from __future__ import annotations

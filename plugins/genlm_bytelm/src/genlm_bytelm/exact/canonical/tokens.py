@@ -1,7 +1,7 @@
 r"""Vocabulary tokens as text: split characters, and the ways to complete them.
 
 A token ending inside a UTF-8 character is judged with completions of it
-([`completions`][], docs/bytes.md, *How the filter computes it*).
+([`completions`][], docs/bytes-design.md, *How the filter computes it*).
 """
 
 from __future__ import annotations
