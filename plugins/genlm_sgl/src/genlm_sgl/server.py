@@ -118,8 +118,10 @@ class AsyncSGLServerLM(BatchedAsyncLM):
     # -- log-probs ----------------------------------------------------------------------
 
     def compute_batch(self, requests: list[Request]) -> list[torch.Tensor]:
-        """One HTTP call per chunk of prompts (per adapter), up to ``max_concurrency`` at once."""
-        self._check_open()
+        """One HTTP call per chunk of prompts (per adapter), up to ``max_concurrency`` at once.
+
+        The core runs none once the model is closed (its gate), so the client is open here.
+        """
         out = self.row_pool.empty_rows(len(requests))
         jobs = []
         groups: dict[str | None, list[int]] = {}
