@@ -36,6 +36,10 @@ class ModelState(enum.Enum):
     CLOSED = "closed"  #: released: every call raises ModelClosedError
 
 
+#: Read on every call (``_check_open``): a module constant is cheaper than an Enum lookup.
+_OPEN = ModelState.OPEN
+
+
 class AsyncLMBase(ABC):
     """Base class for backends: vocabulary, validation, sampling and lifecycle.
 
@@ -359,7 +363,7 @@ class AsyncLMBase(ABC):
         """Drop cached outputs. The base class caches nothing."""
 
     def _check_open(self) -> None:
-        if self._state is not ModelState.OPEN:
+        if self._state is not _OPEN:
             raise self._closed_error()
 
     def _closed_error(self) -> ModelClosedError:

@@ -9,25 +9,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-DOTTED = re.compile(r"\b(genlm_[a-z_]+(?:\.[A-Za-z_]\w*)+)")
-FILE_SUFFIXES = ("py", "md", "toml")
+from documented_names import ROOT, documented_names
+
 #: The example plugin of docs/plugin-quickstart.md, installed by the plugin-author session.
 ELSEWHERE = ("genlm_dummy",)
 
 
 def _mentioned() -> dict[str, Path]:
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    pages += sorted((ROOT / "plugins").glob("*/README.md"))
-    return {
-        name: page
-        for page in pages
-        for name in DOTTED.findall(page.read_text())
-        if name.rsplit(".", 1)[1] not in FILE_SUFFIXES and not name.startswith(ELSEWHERE)
-    }
+    return {n: p for n, p in documented_names().items() if not n.startswith(ELSEWHERE)}
 
 
 def _resolve(name: str) -> object:

@@ -17,6 +17,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from documented_names import documented_names
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
@@ -168,9 +169,6 @@ def test_a_link_followed_from_the_home_page_opened_from_disk_lands_on_its_page(c
     assert any("Byte-level" in text for text in headings.text.values()), headings.text
 
 
-#: A dotted name of ours in the docs (``genlm_hf.AsyncTransformer``); file names excepted.
-DOTTED = re.compile(r"\b(genlm_[a-z_]+(?:\.[A-Za-z_]\w*)+)")
-FILE_SUFFIXES = ("py", "md", "toml")
 #: Where the packages' sources are (read statically: this session installs none of them).
 SOURCES = [ROOT, *sorted((ROOT / "plugins").glob("*/src")), ROOT / "tests/plugins/genlm_dummy/src"]
 #: Import paths kept for migration: an alias module, and what it stands for.
@@ -181,14 +179,7 @@ def test_every_dotted_name_the_docs_mention_exists():
     """README, docs/ and the plugins' READMEs: each ``package.Name`` resolves in the sources."""
     import griffe
 
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    pages += sorted((ROOT / "plugins").glob("*/README.md"))
-    mentioned = {
-        name: page
-        for page in pages
-        for name in DOTTED.findall(page.read_text())
-        if name.rsplit(".", 1)[1] not in FILE_SUFFIXES
-    }
+    mentioned = documented_names()
     loader = griffe.GriffeLoader(search_paths=[str(p) for p in SOURCES])
     missing = []
     for name, page in sorted(mentioned.items()):
