@@ -19,12 +19,12 @@ its cache and MLX forward. ``MockAsyncLM`` is not a fair reference: it does not 
 at all, it computes each request inline. The vLLM path adds an engine thread that
 cannot run here.
 
-Caveat, in the reference's favour: 0.3.1's leader evaluates the batch on the event
-loop itself, while ours hands each batch to a worker thread (so callers' CPU work
-overlaps the model, which matters once the model costs anything). With a zero-cost
-batch function that hand-off is pure overhead: one thread round trip per batch, which
-dominates with 1 caller. The default (and genlm-core's) max_batch_size is 64; 0.3.1
-has no cap, hence the bs=1024 column. Figures are noisy on a shared machine: the runs
+Both evaluate a zero-cost batch on the event loop itself: 0.3.1's leader always does,
+ours once its first batch, timed in the worker thread, showed batches cheaper than
+the thread hand-off (``inline_below``, on by default for a batcher with its own
+thread; a model's batches keep their worker thread, so callers' CPU work overlaps the
+model). The default (and genlm-core's) max_batch_size is 64; 0.3.1 has no cap, hence
+the bs=1024 column. Figures are noisy on a shared machine: the runs
 of each row take turns so they share the same load.
 
 Run: ``python benchmarks/bench_batcher.py`` (``--quick`` for a short run).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import time
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
@@ -17,6 +18,9 @@ from genlm_core.runtime._worker import WorkerThread
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
 _running_loop = asyncio._get_running_loop  # the running loop or None (asyncio exports it)
+#: Default ``inline_below``: about what handing a batch to a thread and back costs here,
+#: so a batch run on the loop stalls it no longer than the hand-off would have taken.
+INLINE_BELOW = 1e-4
 
 
 class AutoBatcher(Generic[K, R]):
@@ -38,6 +42,10 @@ class AutoBatcher(Generic[K, R]):
             and each other one ``copy_result(result)``. None: they share the object.
         closed_error: Makes the error callers get once it is closed (default:
             [`BatcherClosedError`][]).
+        inline_below: Seconds: while recent batches took less, a batch runs on the event
+            loop itself, with no thread hop (a slower one sends the next back to the
+            thread). Default: 100 us with a thread of its own; 0 (never) on a shared
+            ``worker_thread``, whose owner may have set up state bound to that thread.
 
     Raises ValueError for a bad argument, BatcherLoopError outside a running event loop.
     Use: ``await batcher.submit(key)`` from many coroutines, then ``await batcher.aclose()``.
@@ -54,6 +62,7 @@ class AutoBatcher(Generic[K, R]):
         worker_thread: WorkerThread | None = None,
         copy_result: Callable[[R], R] | None = None,
         closed_error: Callable[[], BaseException] | None = None,
+        inline_below: float | None = None,
     ) -> None:
         if not callable(batch_fn):
             raise ValueError(f"batch_fn must be callable, got {batch_fn!r}")
@@ -62,8 +71,10 @@ class AutoBatcher(Generic[K, R]):
         if (loop := _running_loop()) is None:
             raise BatcherLoopError.no_loop(name)
         loop_ref = self._loop_ref = weakref.ref(loop)  # weakly: LoopBatchers keys by loop
+        if inline_below is None:
+            inline_below = INLINE_BELOW if worker_thread is None else 0.0
         self.policy = DispatchPolicy(
-            max_batch_size, max_wait, adaptive, clock=lambda: loop_ref().time()
+            max_batch_size, max_wait, adaptive, lambda: loop_ref().time(), inline_below
         )
         self._add = self.policy.add
         self._batch_fn = batch_fn
@@ -76,7 +87,7 @@ class AutoBatcher(Generic[K, R]):
         self._thread = WorkerThread(name) if worker_thread is None else worker_thread
         self._closed = False
         self._draining = False  # closed, but the queued requests are still computed
-        self._worker: asyncio.Task[None] | None = None  # alive while there is work
+        self._worker: asyncio.Future[Any] | None = None  # the task, or a leader's future
         self._wakeup: asyncio.Future[None] | None = None  # the worker's, while it sleeps
         self._in_flight = 0  # batches handed to the thread and not yet finished
 
@@ -100,7 +111,9 @@ class AutoBatcher(Generic[K, R]):
             raise self._refusal(loop)
         fut = loop.create_future()
         added = self._add(key, fut)  # the hot path: one call besides the future
-        if added is _FIRST or added is _FULL:
+        if added is _FIRST and self.policy.cheap and self._worker is None and not self._in_flight:
+            await self._lead(fut, loop)
+        elif added is _FIRST or added is _FULL:
             self._rouse(added, loop)
         return await fut
 
@@ -126,8 +139,8 @@ class AutoBatcher(Generic[K, R]):
         on_our_loop = asyncio.get_running_loop() is self._loop_ref()
         self._draining |= drain and on_our_loop and not self._closed
         self.close()
-        if on_our_loop and self._worker is not None:
-            await asyncio.wait([self._worker])  # not cancelled if *we* are cancelled
+        while on_our_loop and (worker := self._worker) is not None:
+            await asyncio.wait([worker])  # not cancelled if *we* are cancelled
 
     def close(self) -> None:
         """Close from any thread, without waiting: queued requests fail, in-flight deliver."""
@@ -164,12 +177,39 @@ class AutoBatcher(Generic[K, R]):
         else:
             self._wake()
 
-    async def _run(self) -> None:
-        """Send batches while there is work; ends when idle, so nothing holds the loop."""
+    async def _lead(self, own: asyncio.Future[Any], loop: asyncio.AbstractEventLoop) -> None:
+        """Send cheap batches from the caller that opened one, until ``own`` is answered.
+
+        A task would cost more than such a batch, so this caller sends it itself (as
+        genlm-backend's leader does), then hands any work left to a task: it never waits
+        for other callers' results. Cancelled or interrupted, it hands over too.
+        """
+        self._worker = own  # what aclose waits for
+        try:
+            await self._hold(loop)
+            if not self._closed or self._draining:
+                self._start(loop)
+            if not own.done():  # (its batch went to the thread)
+                await self._run(own)
+        except BaseException:  # cancelled or interrupted: nobody waits for own now
+            abandon((own,))
+            raise
+        finally:
+            if self._has_work():
+                self._worker = loop.create_task(self._run())
+            else:
+                self._idle()
+
+    async def _run(self, own: asyncio.Future[Any] | None = None) -> None:
+        """Send batches while there is work; ends when idle, so nothing holds the loop.
+
+        Run by the worker task, or by a leading caller until its future ``own`` is
+        answered (see ``_lead``).
+        """
         loop = asyncio.get_running_loop()
         policy = self.policy
         try:
-            while True:
+            while own is None or not own.done():
                 step = policy.next_step(self._in_flight, self._closed, self._draining)
                 if step is Step.STOP:
                     return
@@ -180,16 +220,26 @@ class AutoBatcher(Generic[K, R]):
                     await self._hold(loop)
                 self._start(loop)
         except asyncio.CancelledError:  # never leave callers hanging
-            why = f"{self.name}'s worker was cancelled (is its event loop shutting down?)"
-            fail_waiting(self.policy.drop_all(), BatcherClosedError(why))
+            if own is None:  # (a leader's successor task carries on)
+                why = f"{self.name}'s worker was cancelled (is its event loop shutting down?)"
+                fail_waiting(self.policy.drop_all(), BatcherClosedError(why))
             raise
         except Exception as exc:  # a bug in the batcher itself
             fail_waiting(self.policy.drop_all(), exc)
             raise
         finally:
-            self._worker = None
-            if self._closed and self._own_thread:
-                self._thread.shutdown()
+            if own is None:
+                self._idle()
+
+    def _has_work(self) -> bool:
+        step = self.policy.next_step(self._in_flight, self._closed, self._draining)
+        return step is not Step.STOP
+
+    def _idle(self) -> None:
+        """No batch pending or in flight: nothing runs until the next request."""
+        self._worker = None
+        if self._closed and self._own_thread:
+            self._thread.shutdown()
 
     async def _sleep(self, loop: asyncio.AbstractEventLoop) -> None:  # until _wake
         self._wakeup = loop.create_future()
@@ -219,24 +269,48 @@ class AutoBatcher(Generic[K, R]):
                 timer.cancel()
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Take the due batch and hand it to the thread; it comes back via _finish."""
+        """Take the due batch and compute it here if cheap, else hand it to the thread."""
         keys, waiters = self.policy.take()
         if not keys:
             return
+        if self.policy.cheap and not self._in_flight:
+            self._run_here(keys, waiters)
+            return
         self._in_flight += 1
-        on_done = functools.partial(self._finish, keys, waiters)
+        on_done = functools.partial(self._returned, keys, waiters)
         try:
             self._thread.submit(self._call, keys, loop, on_done)
         except Exception as exc:  # the shared worker thread was shut down
             on_done(None, self._closed_error() if self._closed else exc)
 
-    def _call(self, keys: list[K]) -> list[R]:
-        return checked(self._batch_fn(keys), len(keys), self.name)  # in the worker thread
+    def _run_here(self, keys: list[K], waiters: list[Any]) -> None:
+        """Compute a cheap batch on the event loop (nothing else of ours is in flight)."""
+        self.policy.stats.inline_batches += 1
+        try:
+            results = self._call(keys)
+        except BaseException as exc:  # answer the callers; a KeyboardInterrupt goes on up
+            self._finish(keys, waiters, None, exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            self._finish(keys, waiters, results, None)
 
-    def _finish(self, keys: list[K], waiters: list[Any], results: Any, exc: Any) -> None:
-        """A batch came back (loop thread): resolve or fail every caller of its keys."""
+    def _call(self, keys: list[K]) -> list[R]:
+        """Run ``batch_fn`` (in the worker thread, or inline) and time it."""
+        start = time.perf_counter()
+        try:
+            return checked(self._batch_fn(keys), len(keys), self.name)
+        finally:
+            self.policy.measured(time.perf_counter() - start)
+
+    def _returned(self, keys: list[K], waiters: list[Any], results: Any, exc: Any) -> None:
+        """A batch came back from the thread (on the loop): wake the worker, answer."""
         self._in_flight -= 1
         self._wake()
+        self._finish(keys, waiters, results, exc)
+
+    def _finish(self, keys: list[K], waiters: list[Any], results: Any, exc: Any) -> None:
+        """Resolve or fail every caller of a finished batch's keys."""
         self.policy.settle(keys, waiters, failed=exc is not None)
         deliver(waiters, results, exc, self._copy_result, self.name)
 

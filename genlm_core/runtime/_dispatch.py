@@ -54,6 +54,8 @@ class DispatchPolicy(Generic[K]):
             (0 = no cap besides ``max_batch_size``).
         adaptive: Also due once a pass adds nothing (see [`due`][]).
         clock: Seconds, monotonic (the batcher passes its loop's ``time``).
+        inline_below: Seconds: while batches are expected to take less, ``cheap`` is
+            set and the batcher runs the next one on its event loop (0 = never).
 
     Raises ValueError (naming the value) for a bad ``max_batch_size`` or ``max_wait``.
     """
@@ -64,19 +66,40 @@ class DispatchPolicy(Generic[K]):
         max_wait: float = 0.0,
         adaptive: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        inline_below: float = 0.0,
     ) -> None:
         if not is_int_at_least(max_batch_size, 1):
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
         if not is_seconds(max_wait):
             raise ValueError(f"max_wait must be a finite number of seconds >= 0, got {max_wait!r}")
+        if not is_seconds(inline_below):
+            raise ValueError(
+                f"inline_below must be a finite number of seconds >= 0, got {inline_below!r}"
+            )
         self.max_batch_size = max_batch_size
         self.max_wait = float(max_wait)
         self.adaptive = bool(adaptive)
         self._clock = clock
         self.waiting: dict[K, list[Any]] = {}  # every key pending or in flight -> its waiters
         self.pending: list[K] = []  # keys not yet sent, in order of arrival
-        self._first_at = 0.0  # when the pending batch's first key came
+        self._first_at = 0.0  # when the pending batch's first key came (if _timed)
+        self._timed = not (self.adaptive and self.max_wait == 0)  # a deadline counts
         self.stats = BatcherStats()
+        self.inline_below = float(inline_below)
+        self.cost = math.inf  # seconds the next batch is expected to take (see measured)
+        self.cheap = False  # whether that is under inline_below
+
+    def measured(self, seconds: float) -> None:
+        """A batch took ``seconds``: a slower one counts at once, faster ones halve the cost.
+
+        So one slow batch sends the next ones to the thread for a while, and a run of
+        cheap ones brings them back to the loop. The first batch sets it.
+        """
+        cost = self.cost
+        if seconds < cost and cost != math.inf:
+            seconds = max(seconds, cost / 2)
+        self.cost = seconds
+        self.cheap = seconds < self.inline_below
 
     def add(self, key: K, waiter: Any) -> Added:
         """Record a caller of ``key`` (anything with ``done()``): share the key or queue it."""
@@ -91,13 +114,14 @@ class DispatchPolicy(Generic[K]):
         pending.append(key)
         n = len(pending)
         if n == 1:
-            self._first_at = self._clock()
+            if self._timed:
+                self._first_at = self._clock()
             return _FIRST
         return _FULL if n == self.max_batch_size else _QUEUED
 
     def deadline(self) -> float:
         """When the pending batch is due at the latest (``inf``: only by size or quiet)."""
-        if self.adaptive and self.max_wait == 0:
+        if not self._timed:
             return math.inf
         return self._first_at + self.max_wait
 
@@ -109,7 +133,7 @@ class DispatchPolicy(Generic[K]):
         """
         if len(self.pending) >= self.max_batch_size or (quiet and self.adaptive):
             return True
-        return self._clock() >= self.deadline()
+        return self._timed and self._clock() >= self.deadline()
 
     def next_step(self, in_flight: int, closed: bool, draining: bool) -> Step:
         """The worker's next step, given the batches in flight and whether it is closed.

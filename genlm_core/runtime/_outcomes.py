@@ -39,6 +39,8 @@ class BatcherStats:
             same key instead of adding one.
         max_batch_seen: Most keys passed to one ``batch_fn`` call.
         errors: ``batch_fn`` calls that raised (or returned the wrong number of results).
+        inline_batches: Of ``batches``, those run on the event loop itself (see the
+            batcher's ``inline_below``).
     """
 
     requests: int = 0
@@ -46,6 +48,7 @@ class BatcherStats:
     deduplicated: int = 0
     max_batch_seen: int = 0
     errors: int = 0
+    inline_batches: int = 0
 
 
 def failure_of(value: Any) -> BaseException | None:
@@ -89,7 +92,7 @@ def fail_waiting(waiters: Iterable[list[Any]], error: BaseException) -> None:
 
 def checked(results: Sequence[Any], n_keys: int, name: str) -> list[Any]:
     """``results`` as a list (a tensor splits into rows), if it holds one per key."""
-    out = list(results)
+    out = results if type(results) is list else list(results)
     if len(out) != n_keys:
         raise BatchSizeMismatchError(
             f"batch_fn returned {len(out)} results for {n_keys} keys; it must "
@@ -117,6 +120,10 @@ def deliver(
     values: Any = results if results is not None else itertools.repeat(None)
     try:
         for futs, value in zip(waiters, values, strict=False):  # values may repeat
+            if exc is None and len(futs) == 1 and type(value) is not RequestFailure:
+                if not (fut := futs[0]).done():  # (the common case, without the calls)
+                    fut.set_result(value)
+                continue
             resolve(futs, value, exc if exc is not None else failure_of(value), copy)
     except BaseException as failure:
         fail_waiting(waiters, failure)

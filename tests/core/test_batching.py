@@ -193,7 +193,7 @@ async def test_a_full_batch_is_queued_behind_the_running_one_a_partial_one_waits
 
 
 async def test_batch_fn_runs_in_one_dedicated_thread_shut_down_on_close(rec: Recorder) -> None:
-    batcher = AutoBatcher(rec, name="my-batcher")
+    batcher = AutoBatcher(rec, name="my-batcher", inline_below=0)  # (cheap ones: *_inline.py)
     await within(batcher.submit(1))
     await within(batcher.submit(2))
     assert len(rec.threads) == 2

@@ -195,3 +195,33 @@ def test_every_key_taken_once_at_most_a_batch_and_in_arrival_order(
     assert sent == queued
     assert p.stats.requests == len(ops)
     assert p.stats.deduplicated == len(ops) - len(queued)
+
+
+# -- where the next batch runs (the event loop, or the thread) --------------------------
+
+
+def test_cost_estimate_rises_at_once_and_falls_by_halves() -> None:
+    p, _ = policy(inline_below=1e-4)
+    assert p.cost == math.inf and not p.cheap  # unmeasured: the thread measures it
+    p.measured(5e-5)
+    assert p.cost == 5e-5 and p.cheap
+    p.measured(8e-3)  # one slow batch: the next ones go to the thread
+    assert p.cost == 8e-3 and not p.cheap
+    costs = []
+    for _ in range(7):
+        p.measured(1e-6)
+        costs.append(p.cost)
+    assert costs == [8e-3 / 2**i for i in range(1, 8)]
+    assert p.cheap and not any(c < 1e-4 for c in costs[:-1])  # cheap again at 62.5 us
+
+
+def test_inline_below_zero_is_never_cheap() -> None:
+    p, _ = policy()
+    p.measured(0.0)
+    assert p.inline_below == 0 and not p.cheap
+
+
+@pytest.mark.parametrize("bad", [-1e-6, math.nan, math.inf, "1e-4", True])
+def test_inline_below_is_validated(bad: object) -> None:
+    with pytest.raises(ValueError, match=rf"inline_below must be .* >= 0, got {bad!r}"):
+        DispatchPolicy(inline_below=bad)  # type: ignore[arg-type]
