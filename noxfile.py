@@ -356,6 +356,7 @@ BENCH_STACKS = {
         "bench_decode_vocab",
         "bench_trie",
         "bench_hf",
+        "bench_step",
         "bench_bytes",
         "bench_long_texts",
         "bench_long_documents",

@@ -1,0 +1,254 @@
+"""Host work per step: a sampler's step against a bare batched forward (issue 41).
+
+When the forward is cheap the host sets the pace, as it does on a GPU. A random-weight
+two-layer Llama (hidden 64) over SmolLM2's real tokenizer and vocabulary (49,152), a
+16-token prompt, P particles each extending its own context by one random token a step
+(no two particles share more than the prompt), P = 32 and 256:
+
+* ``bare``: the floor, the same rows with nothing around them: one forward of all P
+  rows a step over one ``DynamicCache``, then ``log_softmax``.
+* ``genlm-hf batched``: ``await lm.batch_next_token_logprobs(contexts)``.
+* ``genlm-hf per particle``: one coroutine per particle, ``next_token_logprobs``.
+* ``genlm-backend 0.3.1``, both clients, at its defaults (batch_size 20, timeout 20 ms).
+
+Each client is warmed up on the prompt first (its prefill is not timed); a step's time
+is the median over the steps. Printed per row: ms a step, the ratio to ``bare``, the
+forward's own ms a step (timed around the model's ``forward``, in whatever thread runs
+it), and the rest per row: (step - forward) / P, in microseconds: the host's work
+(the bare loop's is its ``log_softmax`` and the input tensor). Issue 41's bar:
+genlm-hf at most 1.15x bare at both P, with both clients. The last step's rows are
+checked against the bare loop's (the clients must compute the same thing).
+
+``--profile`` adds where genlm-hf's host time goes: cProfile of its worker thread
+(the event loop's thread only waits there), top functions by own time.
+
+Run: ``python benchmarks/bench_step.py`` (``--quick``: fewer steps, no reference at
+P = 256; ``--particles 32``: one size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' past_key_values
+
+PROMPT_TOKENS = 16
+BAR = 1.15
+PROMPT = (
+    "The lighthouse keeper counted the ships that passed each night, writing their names "
+    "in a ledger that had belonged to his grandfather."
+)
+
+
+def tiny_model(folder: Path) -> None:
+    """Write a random-weight two-layer Llama with SmolLM2's tokenizer into ``folder``."""
+    from transformers import AutoConfig, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from genlm_assets import model_dir
+
+    source = model_dir("smollm2-135m-instruct")
+    vocab = AutoConfig.from_pretrained(source).vocab_size
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+
+
+class ForwardClock:
+    """Seconds spent in a model's ``forward``, from any thread."""
+
+    def __init__(self, model: Any) -> None:
+        self.seconds = 0.0
+        inner = model.forward
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        model.forward = timed
+
+
+def workload(vocab: int, prompt: list[int], particles: int, steps: int) -> list[list[list[int]]]:
+    """Per step, every particle's context: the prompt and its own random tokens so far."""
+    gen = torch.Generator().manual_seed(particles)
+    tokens = torch.randint(vocab, (steps, particles), generator=gen).tolist()
+    return [[prompt + [tokens[s][i] for s in range(t + 1)] for i in range(particles)]
+            for t in range(steps)]  # fmt: skip
+
+
+def bare_steps(
+    model: Any, contexts: list[list[list[int]]]
+) -> tuple[list[float], list[float], torch.Tensor]:
+    """The floor: per step (seconds, forward seconds), and the last step's rows."""
+    from transformers import DynamicCache
+
+    particles = len(contexts[0])
+    prompt = contexts[0][0][:-1]
+    clock = ForwardClock(model)
+    times, forwards = [], []
+    with torch.inference_mode():
+        past = DynamicCache()
+        model(torch.tensor([prompt] * particles), past_key_values=past, use_cache=True)
+        for step in contexts:
+            clock.seconds = 0.0
+            start = time.perf_counter()
+            ids = torch.tensor([[ctx[-1]] for ctx in step])
+            out = model(ids, past_key_values=past, use_cache=True)
+            rows = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+            times.append(time.perf_counter() - start)
+            forwards.append(clock.seconds)
+    return times, forwards, rows
+
+
+async def client_steps(
+    lm: Any, contexts: list[list[list[int]]], batched: bool, clock: ForwardClock
+) -> tuple[list[float], list[float], torch.Tensor]:
+    """Per step (seconds, forward seconds) of one client, and the last step's rows."""
+    await lm.next_token_logprobs(contexts[0][0][:-1])  # the prompt's prefill, not timed
+    times, forwards = [], []
+    for step in contexts:
+        clock.seconds = 0.0
+        start = time.perf_counter()
+        if batched:
+            rows = await lm.batch_next_token_logprobs(step)
+        else:
+            rows = torch.stack(await asyncio.gather(*(lm.next_token_logprobs(c) for c in step)))
+        times.append(time.perf_counter() - start)
+        forwards.append(clock.seconds)
+    return times, forwards, rows
+
+
+def load(kind: str, folder: Path) -> Any:
+    if kind == "ref":
+        from genlm.backend.llm.hf import AsyncTransformer as Reference
+
+        return Reference.from_name(
+            str(folder), hf_opts={"device_map": None, "dtype": torch.float32}
+        )
+    from genlm_hf.lm import AsyncTransformer
+
+    return AsyncTransformer.from_name(str(folder))
+
+
+def profile_worker(folder: Path, contexts: list[list[list[int]]]) -> None:
+    """cProfile of genlm-hf's worker thread (where its host work runs), batched client.
+
+    The profiler starts in the model's worker thread as the thread starts
+    (``threading.setprofile``), so the prompt's prefill is in it too.
+    """
+    worker = cProfile.Profile()
+
+    def start_in_worker(frame: Any, event: str, arg: Any) -> None:
+        sys.setprofile(None)
+        if threading.current_thread().name.endswith(".worker"):
+            worker.enable()
+
+    threading.setprofile(start_in_worker)
+    try:
+        lm = load("ours", folder)
+        clock = ForwardClock(lm.model)
+        asyncio.run(client_steps(lm, contexts, True, clock))
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
+    print("  where genlm-hf's worker thread spends its own time (batched client):")
+    pstats.Stats(worker).sort_stats("tottime").print_stats(15)
+    lm.cleanup()
+
+
+def measure(folder: Path, particles: int, steps: int, with_ref: bool, profile: bool) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    prompt = tokenizer.encode(PROMPT)[:PROMPT_TOKENS]
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    contexts = workload(model.config.vocab_size, prompt, particles, steps)
+    print(f"\n== P={particles}: {steps} steps, 16-token prompt, vocabulary {len(tokenizer)} ==")
+    print(f"{'client':<34} {'ms/step':>9} {'x bare':>7} {'forward ms':>11} {'rest us/row':>12}")
+
+    def line(name: str, times: list[float], forwards: list[float], floor: float) -> float:
+        step, fwd = statistics.median(times), statistics.median(forwards)
+        host = (step - fwd) / particles * 1e6
+        print(
+            f"{name:<34} {step * 1e3:>9.1f} {step / floor:>6.2f}x {fwd * 1e3:>11.1f} {host:>12.1f}"
+        )
+        return step
+
+    gc.collect()
+    times, forwards, floor_rows = bare_steps(model, contexts)
+    floor = statistics.median(times)
+    line("bare (the floor)", times, forwards, floor)
+    kinds = [("genlm-hf", "ours")] + ([("genlm-backend 0.3.1", "ref")] if with_ref else [])
+    verdicts = []
+    for label, kind in kinds:
+        lm = load(kind, folder)
+        clock = ForwardClock(lm.model)
+        for batched in (True, False):
+            name = f"{label} {'batched' if batched else 'per particle'}"
+            gc.collect()
+            times, forwards, rows = asyncio.run(client_steps(lm, contexts, batched, clock))
+            lm.clear_cache()
+            step = line(name, times, forwards, floor)
+            gap = (rows.float() - floor_rows).abs().max().item()
+            if gap > 1e-3:
+                raise AssertionError(f"{name}: rows differ from the bare loop's by {gap:.2e}")
+            if kind == "ours":
+                verdicts.append(f"{name} {step / floor:.2f}x")
+        if hasattr(lm, "cleanup"):
+            lm.cleanup()
+    if profile:
+        profile_worker(folder, contexts)
+    passed = all(float(v.rsplit(" ", 1)[1][:-1]) <= BAR for v in verdicts)
+    print(
+        f"bar: genlm-hf at most {BAR}x bare: {', '.join(verdicts)}: {'PASS' if passed else 'FAIL'}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer steps; P=256 without 0.3.1")
+    parser.add_argument("--particles", type=int, action="append", choices=(32, 256))
+    parser.add_argument("--profile", action="store_true", help="cProfile genlm-hf's worker thread")
+    args = parser.parse_args()
+    load_now = os.getloadavg()[0]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load_now:.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        tiny_model(folder)
+        for particles in args.particles or (32, 256):
+            steps = (6 if args.quick else 12) if particles == 32 else (4 if args.quick else 8)
+            with_ref = not (args.quick and particles == 256)
+            measure(folder, particles, steps, with_ref, args.profile)
+    print(f"load after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
