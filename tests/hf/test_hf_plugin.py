@@ -83,3 +83,15 @@ def test_plugin_imports_no_engine():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_model_module_imports_no_transformers():
+    # `genlm backends --options hf` loads the loader to read its signature: torch (the
+    # model class is a torch model's) but not transformers (~6 s), until a model loads.
+    code = (
+        "import sys\n"
+        "import genlm_hf.lm\n"
+        "assert 'transformers' not in sys.modules, 'transformers imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -20,7 +20,7 @@ Layout of a batch of ``B`` rows, past width ``P`` (longest cached prefix) and ne
 
 Minimal copying: all layers' keys and values live in one preallocated buffer of shape
 ``(2 * layers, B, heads, P + N, head_dim)``. Each cached segment is copied into it once;
-the model writes its new keys and values in place (`_SlotLayer`, instead of
+the model writes its new keys and values in place (`SlotLayer`, instead of
 ``DynamicCache``'s concatenation per layer and step); storing a row's new positions
 back into the prefix cache is one slice of that buffer.
 """
@@ -34,8 +34,6 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import Cache, DynamicLayer
 
 from genlm_hf._device import CPU_COPY_BYTES, index_on, to_device
 from genlm_hf._logits import linears, log_softmax_rows, logits_into
@@ -50,13 +48,6 @@ __all__ = [
     "probe_layout",
     "run_group",
 ]
-
-try:  # transformers >= 5.x: ``logits_to_keep`` may be a (batch, k) tensor of positions
-    from transformers.modeling_utils import slice_logits_to_keep as _slice_logits_to_keep
-
-    _PER_ROW_KEEP = _slice_logits_to_keep is not None
-except ImportError:  # pragma: no cover - older transformers: one set of positions for all rows
-    _PER_ROW_KEEP = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +132,9 @@ def probe_layout(model: Any) -> tuple[KVLayout | None, str]:
         The layout, or None with the reason why prefix reuse is off for this model
         (hybrid/linear-attention caches, layers of different shapes or devices).
     """
+    from transformers import DynamicCache  # here: `genlm backends --options` stays light
+    from transformers.cache_utils import DynamicLayer
+
     cache = DynamicCache()
     cache_arg = cache_argument(model)
     try:
@@ -253,48 +247,6 @@ def _gather_pasts(
             buffer[:, i, :, :offset].zero_()
 
 
-class _SlotLayer(DynamicLayer):
-    """A cache layer over preallocated slots, written in place (no concatenation).
-
-    The past is already in the slots; new keys and values are copied right after it.
-    """
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, filled: int) -> None:
-        super().__init__()
-        self.keys = keys
-        self.values = values
-        self.dtype, self.device = keys.dtype, keys.device
-        self.is_initialized = True
-        self._filled = filled
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        start = self._filled
-        end = start + key_states.shape[-2]
-        self.keys[:, :, start:end].copy_(key_states)
-        self.values[:, :, start:end].copy_(value_states)
-        self._filled = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-    def get_seq_length(self) -> int:
-        return self._filled
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self._filled + query_length, 0
-
-
-class _SlotCache(DynamicCache):
-    """A DynamicCache whose layers are `_SlotLayer` views of one buffer."""
-
-    def __init__(self, buffer: torch.Tensor, filled: int) -> None:
-        layers = [
-            _SlotLayer(buffer[2 * i], buffer[2 * i + 1], filled)
-            for i in range(buffer.shape[0] // 2)
-        ]
-        Cache.__init__(self, layers=layers)
-
-
 @torch.no_grad()
 def run_group(
     model: Any,
@@ -338,6 +290,8 @@ def run_group(
         in which row ``i``'s new positions are ``buffer[:, i, :, P : P + n_i]``; and
         the past width ``P``.
     """
+    from genlm_hf import _slot_cache as slot_cache  # (imports transformers: not at import)
+
     device = layout.device if layout is not None else _input_device(model)
     b = len(rows)
     past_lens = [r.past_len for r in rows]
@@ -364,7 +318,7 @@ def run_group(
             kwargs["logits_to_keep"] = 0  # every position
         elif width_new == 1 or all(k == width_new for k in n_new):
             kwargs["logits_to_keep"] = 1
-        elif _PER_ROW_KEEP:
+        elif slot_cache.PER_ROW_KEEP:
             kwargs["logits_to_keep"] = to_device(n - 1, device)
 
     buffer = None
@@ -381,7 +335,7 @@ def run_group(
                 attention_mask=to_device(attention_mask, device),
                 position_ids=to_device(position_ids, device),
                 use_cache=True,
-                **{layout.cache_arg: _SlotCache(buffer, width_past)},
+                **{layout.cache_arg: slot_cache.SlotCache(buffer, width_past)},
                 **kwargs,
             )
     else:
