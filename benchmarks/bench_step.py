@@ -14,8 +14,9 @@ two-layer Llama (hidden 64) over SmolLM2's real tokenizer and vocabulary (49,152
 Each client is warmed up on the prompt first (its prefill is not timed); a step's time
 is the median over the steps. Printed per row: ms a step, the ratio to ``bare``, the
 forward's own ms a step (timed around the model's ``forward``, in whatever thread runs
-it), and the rest per row: (step - forward) / P, in microseconds: the host's work
-(the bare loop's is its ``log_softmax`` and the input tensor). Issue 41's bar:
+it), the rest per row: (step - forward) / P, in microseconds: the host's work
+(the bare loop's is its ``log_softmax`` and the input tensor); and for genlm-hf the
+same step by stage (see ``print_stages``). Issue 41's bar:
 genlm-hf at most 1.15x bare at both P, with both clients. The last step's rows are
 checked against the bare loop's (the clients must compute the same thing).
 
@@ -80,21 +81,51 @@ def tiny_model(folder: Path) -> None:
     AutoTokenizer.from_pretrained(source).save_pretrained(folder)
 
 
-class ForwardClock:
-    """Seconds spent in a model's ``forward``, from any thread."""
+#: genlm-hf's steps in its worker thread: (the model's method, the stage it times).
+#: Wrapped on the loaded model, so a renamed method fails here, loudly.
+HF_STAGES = (
+    ("compute_batch", "backend"),
+    ("forward_input", "lookup"),
+    ("_forward", "gather+forward"),
+    ("_log_softmax", "log-softmax"),
+    ("_store_kv", "store K/V"),
+)
 
-    def __init__(self, model: Any) -> None:
-        self.seconds = 0.0
-        inner = model.forward
+
+class Clocks:
+    """Seconds spent in named callables, wrapped in place, from any thread."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, owner: Any, attr: str, stage: str) -> None:
+        inner = getattr(owner, attr)
+        self.seconds[stage] = 0.0
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
                 return inner(*args, **kwargs)
             finally:
-                self.seconds += time.perf_counter() - start
+                self.seconds[stage] += time.perf_counter() - start
 
-        model.forward = timed
+        setattr(owner, attr, timed)
+
+    def take(self) -> dict[str, float]:
+        """The seconds so far, by stage; then zero."""
+        out = dict(self.seconds)
+        self.seconds = dict.fromkeys(out, 0.0)
+        return out
+
+
+def clocks_on(lm: Any) -> Clocks:
+    """Clocks around ``lm``'s forward, and genlm-hf's stages if it is ours."""
+    clocks = Clocks()
+    clocks.wrap(lm.model, "forward", "forward")
+    if type(lm).__module__.startswith("genlm_hf"):
+        for attr, stage in HF_STAGES:
+            clocks.wrap(lm, attr, stage)
+    return clocks
 
 
 def workload(vocab: int, prompt: list[int], particles: int, steps: int) -> list[list[list[int]]]:
@@ -108,43 +139,44 @@ def workload(vocab: int, prompt: list[int], particles: int, steps: int) -> list[
 def bare_steps(
     model: Any, contexts: list[list[list[int]]]
 ) -> tuple[list[float], list[float], torch.Tensor]:
-    """The floor: per step (seconds, forward seconds), and the last step's rows."""
+    """The floor: per step (seconds, {stage: seconds}), and the last step's rows."""
     from transformers import DynamicCache
 
     particles = len(contexts[0])
     prompt = contexts[0][0][:-1]
-    clock = ForwardClock(model)
-    times, forwards = [], []
+    clocks = Clocks()
+    clocks.wrap(model, "forward", "forward")
+    times, stages = [], []
     with torch.inference_mode():
         past = DynamicCache()
         model(torch.tensor([prompt] * particles), past_key_values=past, use_cache=True)
         for step in contexts:
-            clock.seconds = 0.0
+            clocks.take()
             start = time.perf_counter()
             ids = torch.tensor([[ctx[-1]] for ctx in step])
             out = model(ids, past_key_values=past, use_cache=True)
             rows = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
             times.append(time.perf_counter() - start)
-            forwards.append(clock.seconds)
-    return times, forwards, rows
+            stages.append(clocks.take())
+    return times, stages, rows
 
 
 async def client_steps(
-    lm: Any, contexts: list[list[list[int]]], batched: bool, clock: ForwardClock
-) -> tuple[list[float], list[float], torch.Tensor]:
-    """Per step (seconds, forward seconds) of one client, and the last step's rows."""
+    lm: Any, contexts: list[list[list[int]]], batched: bool, clocks: Clocks
+) -> tuple[list[float], list[dict[str, float]], torch.Tensor]:
+    """Per step (seconds, {stage: seconds}) of one client, and the last step's rows."""
     await lm.next_token_logprobs(contexts[0][0][:-1])  # the prompt's prefill, not timed
-    times, forwards = [], []
+    times, stages = [], []
     for step in contexts:
-        clock.seconds = 0.0
+        clocks.take()
         start = time.perf_counter()
         if batched:
             rows = await lm.batch_next_token_logprobs(step)
         else:
             rows = torch.stack(await asyncio.gather(*(lm.next_token_logprobs(c) for c in step)))
         times.append(time.perf_counter() - start)
-        forwards.append(clock.seconds)
-    return times, forwards, rows
+        stages.append(clocks.take())
+    return times, stages, rows
 
 
 def load(kind: str, folder: Path) -> Any:
@@ -175,13 +207,38 @@ def profile_worker(folder: Path, contexts: list[list[list[int]]]) -> None:
     threading.setprofile(start_in_worker)
     try:
         lm = load("ours", folder)
-        clock = ForwardClock(lm.model)
-        asyncio.run(client_steps(lm, contexts, True, clock))
+        asyncio.run(client_steps(lm, contexts, True, clocks_on(lm)))
     finally:
         threading.setprofile(None)  # type: ignore[arg-type]
     print("  where genlm-hf's worker thread spends its own time (batched client):")
     pstats.Stats(worker).sort_stats("tottime").print_stats(15)
     lm.cleanup()
+
+
+def print_stages(times: list[float], stages: list[dict[str, float]], particles: int) -> None:
+    """genlm-hf's step by stage, microseconds per row (medians over the steps).
+
+    ``around`` is everything outside the backend's ``compute_batch`` (validation, the
+    output cache, batching, the hand-offs between the loop and the worker thread, row
+    checks, hand-out); ``gather`` is the grouped forward less the model's own forward
+    (gathering the rows' pasts into one batch, the output projection's setup).
+    """
+    parts: dict[str, list[float]] = {}
+    for took, s in zip(times, stages, strict=True):
+        inner = s["lookup"] + s["gather+forward"] + s["log-softmax"] + s["store K/V"]
+        split = {
+            "around": took - s["backend"],
+            "lookup": s["lookup"],
+            "gather": s["gather+forward"] - s["forward"],
+            "forward": s["forward"],
+            "log-softmax": s["log-softmax"],
+            "store K/V": s["store K/V"],
+            "rest of compute_batch": s["backend"] - inner,
+        }
+        for stage, seconds in split.items():
+            parts.setdefault(stage, []).append(seconds)
+    cells = [f"{k} {statistics.median(v) / particles * 1e6:.0f}" for k, v in parts.items()]
+    print(f"{'':<4}us/row: " + ", ".join(cells))
 
 
 def measure(folder: Path, particles: int, steps: int, with_ref: bool, profile: bool) -> None:
@@ -194,29 +251,30 @@ def measure(folder: Path, particles: int, steps: int, with_ref: bool, profile: b
     print(f"\n== P={particles}: {steps} steps, 16-token prompt, vocabulary {len(tokenizer)} ==")
     print(f"{'client':<34} {'ms/step':>9} {'x bare':>7} {'forward ms':>11} {'rest us/row':>12}")
 
-    def line(name: str, times: list[float], forwards: list[float], floor: float) -> float:
-        step, fwd = statistics.median(times), statistics.median(forwards)
+    def line(name: str, times: list[float], stages: list[dict[str, float]], floor: float) -> float:
+        step, fwd = statistics.median(times), statistics.median(s["forward"] for s in stages)
         host = (step - fwd) / particles * 1e6
-        print(
-            f"{name:<34} {step * 1e3:>9.1f} {step / floor:>6.2f}x {fwd * 1e3:>11.1f} {host:>12.1f}"
-        )
+        cells = f"{step * 1e3:>9.1f} {step / floor:>6.2f}x {fwd * 1e3:>11.1f} {host:>12.1f}"
+        print(f"{name:<34} {cells}")
+        if "backend" in stages[0]:
+            print_stages(times, stages, particles)
         return step
 
     gc.collect()
-    times, forwards, floor_rows = bare_steps(model, contexts)
+    times, stages, floor_rows = bare_steps(model, contexts)
     floor = statistics.median(times)
-    line("bare (the floor)", times, forwards, floor)
+    line("bare (the floor)", times, stages, floor)
     kinds = [("genlm-hf", "ours")] + ([("genlm-backend 0.3.1", "ref")] if with_ref else [])
     verdicts = []
     for label, kind in kinds:
         lm = load(kind, folder)
-        clock = ForwardClock(lm.model)
+        clocks = clocks_on(lm)
         for batched in (True, False):
             name = f"{label} {'batched' if batched else 'per particle'}"
             gc.collect()
-            times, forwards, rows = asyncio.run(client_steps(lm, contexts, batched, clock))
+            times, stages, rows = asyncio.run(client_steps(lm, contexts, batched, clocks))
             lm.clear_cache()
-            step = line(name, times, forwards, floor)
+            step = line(name, times, stages, floor)
             gap = (rows.float() - floor_rows).abs().max().item()
             if gap > 1e-3:
                 raise AssertionError(f"{name}: rows differ from the bare loop's by {gap:.2e}")
