@@ -195,7 +195,8 @@ class AutoBatcher(Generic[K, R]):
             abandon((own,))
             raise
         finally:
-            if self._has_work():
+            step = self.policy.next_step(self._in_flight, self._closed, self._draining)
+            if step is not Step.STOP:  # work left for a task
                 self._worker = loop.create_task(self._run())
             else:
                 self._idle()
@@ -227,13 +228,14 @@ class AutoBatcher(Generic[K, R]):
         except Exception as exc:  # a bug in the batcher itself
             fail_waiting(self.policy.drop_all(), exc)
             raise
+        except BaseException as exc:  # KeyboardInterrupt from a batch run here: none may hang
+            if own is None:  # (a leader hands what is left to a task)
+                why = f"{self.name}'s worker was interrupted by {exc!r}; not computed"
+                fail_waiting(self.policy.drop_all(), RuntimeError(why))
+            raise
         finally:
             if own is None:
                 self._idle()
-
-    def _has_work(self) -> bool:
-        step = self.policy.next_step(self._in_flight, self._closed, self._draining)
-        return step is not Step.STOP
 
     def _idle(self) -> None:
         """No batch pending or in flight: nothing runs until the next request."""

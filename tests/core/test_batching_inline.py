@@ -160,3 +160,34 @@ async def test_aclose_while_a_leader_holds_its_batch(drain: bool) -> None:
         with pytest.raises(BatcherClosedError):
             await within(leader)
         assert rec.batches[1:] == []
+
+
+def test_an_interrupt_in_the_worker_task_answers_every_waiting_caller() -> None:
+    # A KeyboardInterrupt out of a task stops the loop; the callers it left waiting
+    # must have an answer if the program goes on with that loop.
+    def fn(keys: list[Any]) -> list[Any]:
+        if "interrupt" in keys:
+            raise KeyboardInterrupt
+        return keys
+
+    loop = asyncio.new_event_loop()
+    try:
+
+        async def start() -> tuple[Any, asyncio.Future[Any], asyncio.Future[Any]]:
+            batcher = AutoBatcher(fn, max_batch_size=1)
+            await warm(batcher)
+            # submit_many sends through the worker task (no leader): "interrupt" goes
+            # first, on the loop, and "later" is still pending when it raises.
+            first = asyncio.ensure_future(batcher.submit_many(["interrupt"]))
+            return batcher, first, asyncio.ensure_future(batcher.submit_many(["later"]))
+
+        batcher, first, later = loop.run_until_complete(start())
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(asyncio.sleep(1))
+        with pytest.raises(RuntimeError, match="batch_fn was interrupted by KeyboardInterrupt"):
+            loop.run_until_complete(asyncio.wait_for(first, 5))
+        with pytest.raises(RuntimeError, match="worker was interrupted .*; not computed"):
+            loop.run_until_complete(asyncio.wait_for(later, 5))
+        loop.run_until_complete(batcher.aclose())
+    finally:
+        loop.close()
