@@ -47,6 +47,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from bench_hf import asset, load  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' past_key_values
 
@@ -59,26 +60,10 @@ PROMPT = (
 
 
 def tiny_model(folder: Path) -> None:
-    """Write a random-weight two-layer Llama with SmolLM2's tokenizer into ``folder``."""
-    from transformers import AutoConfig, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    """Write the asset cache's random-weight two-layer Llama over SmolLM2's tokenizer."""
+    from genlm_assets._convert.lm import save_tiny_lm
 
-    from genlm_assets import model_dir
-
-    source = model_dir("smollm2-135m-instruct")
-    vocab = AutoConfig.from_pretrained(source).vocab_size
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    save_tiny_lm("llama", Path(asset("smollm2-135m-instruct")), folder)
 
 
 #: genlm-hf's steps in its worker thread: (the model's method, the stage it times).
@@ -179,18 +164,6 @@ async def client_steps(
     return times, stages, rows
 
 
-def load(kind: str, folder: Path) -> Any:
-    if kind == "ref":
-        from genlm.backend.llm.hf import AsyncTransformer as Reference
-
-        return Reference.from_name(
-            str(folder), hf_opts={"device_map": None, "dtype": torch.float32}
-        )
-    from genlm_hf.lm import AsyncTransformer
-
-    return AsyncTransformer.from_name(str(folder))
-
-
 def profile_worker(folder: Path, contexts: list[list[list[int]]]) -> None:
     """cProfile of genlm-hf's worker thread (where its host work runs), batched client.
 
@@ -206,7 +179,7 @@ def profile_worker(folder: Path, contexts: list[list[list[int]]]) -> None:
 
     threading.setprofile(start_in_worker)
     try:
-        lm = load("ours", folder)
+        lm = load("ours", str(folder))
         asyncio.run(client_steps(lm, contexts, True, clocks_on(lm)))
     finally:
         threading.setprofile(None)  # type: ignore[arg-type]
@@ -267,7 +240,7 @@ def measure(folder: Path, particles: int, steps: int, with_ref: bool, profile: b
     kinds = [("genlm-hf", "ours")] + ([("genlm-backend 0.3.1", "ref")] if with_ref else [])
     verdicts = []
     for label, kind in kinds:
-        lm = load(kind, folder)
+        lm = load(kind, str(folder))
         clocks = clocks_on(lm)
         for batched in (True, False):
             name = f"{label} {'batched' if batched else 'per particle'}"
