@@ -43,9 +43,9 @@ class AutoBatcher(Generic[K, R]):
         closed_error: Makes the error callers get once it is closed (default:
             [`BatcherClosedError`][]).
         inline_below: Seconds: while recent batches took less, a batch runs on the event
-            loop itself, with no thread hop (a slower one sends the next back to the
-            thread). Default: 100 us with a thread of its own; 0 (never) on a shared
-            ``worker_thread``, whose owner may have set up state bound to that thread.
+            loop itself, with no thread hop; one that turns out slow stalls the loop and
+            sends the next ones to the thread (0: never). Default: 100 us with a thread
+            of its own, 0 on a shared ``worker_thread`` (its state may be bound to it).
 
     Raises ValueError for a bad argument, BatcherLoopError outside a running event loop.
     Use: ``await batcher.submit(key)`` from many coroutines, then ``await batcher.aclose()``.
@@ -196,7 +196,7 @@ class AutoBatcher(Generic[K, R]):
             raise
         finally:
             step = self.policy.next_step(self._in_flight, self._closed, self._draining)
-            if step is not Step.STOP:  # work left for a task
+            if step is not Step.STOP and not loop.is_closed():  # work left for a task
                 self._worker = loop.create_task(self._run())
             else:
                 self._idle()

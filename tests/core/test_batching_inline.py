@@ -191,3 +191,21 @@ def test_an_interrupt_in_the_worker_task_answers_every_waiting_caller() -> None:
         loop.run_until_complete(batcher.aclose())
     finally:
         loop.close()
+
+
+def test_a_leader_left_in_a_closed_loop_closes_quietly() -> None:
+    # A loop closed without asyncio.run leaves the leader suspended in its hold; when
+    # its coroutine is closed (garbage collection), it must not schedule a task there.
+    loop = asyncio.new_event_loop()
+
+    async def start() -> asyncio.Task[Any]:
+        # Not adaptive, so the leader holds its batch until max_wait (10 s) has passed.
+        batcher = AutoBatcher(lambda keys: keys, adaptive=False, max_wait=10, inline_below=1)
+        batcher.policy.measured(0.0)  # known cheap: the next batch has a leader
+        held = asyncio.ensure_future(batcher.submit("held"))
+        await passes(2)
+        return held
+
+    held = loop.run_until_complete(start())
+    loop.close()
+    held.get_coro().close()  # raised RuntimeError("Event loop is closed") before
