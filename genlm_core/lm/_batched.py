@@ -27,6 +27,9 @@ from genlm_core.runtime import LoopBatchers, OutputCache, RowPool, process_trimm
 #: GPT-2's 50k tokens, 2 GiB for Llama-3's 128k.
 DEFAULT_CACHE_BYTES = 256 << 20
 
+#: The batcher variant whose callers stack the rows they get (see ``_filled``).
+STACKING = "stacking"
+
 #: Keyword options [`AsyncLMBase`][] itself takes (what ``**kwargs`` may carry to it).
 _BASE_OPTIONS = frozenset({"vocab_size", "byte_vocab"})
 
@@ -140,11 +143,14 @@ class BatchedAsyncLM(AsyncLMBase):
             trimmer=self.heap_trimmer if self.trims_heap else None,
         )
         # A batcher per event loop (one per asyncio.run) over one worker thread: what
-        # init_worker_thread and the libraries set up in it is kept between runs.
+        # init_worker_thread and the libraries set up in it is kept between runs. Its
+        # "stacking" variant hands out the rows uncopied, to callers that copy them
+        # into one tensor at once (one copy a row, not two: see _filled).
         self._loop_batchers = LoopBatchers(
             functools.partial(self._computation.run, for_callers=True),
             name=f"{type(self).__name__}.batcher",
             initializer=self.init_worker_thread,
+            variants={STACKING: (self._computation.run, {"copy_result": None})},
             max_batch_size=batch_size,
             max_wait=self.max_wait,
             copy_result=_rows.private,
@@ -203,10 +209,10 @@ class BatchedAsyncLM(AsyncLMBase):
     def _backend_hook(self, name: str) -> Any:  # a backend object's optional hook, or None
         return getattr(self.backend, name, None) if self.backend is not self else None
 
-    def _batcher(self) -> Any:
+    def _batcher(self, variant: str | None = None) -> Any:
         """The running event loop's batcher (see `genlm_core.runtime.LoopBatchers`)."""
         self._check_open()  # no new batcher (and thread) for a closed model
-        return self._loop_batchers.get()
+        return self._loop_batchers.get(variant)
 
     async def next_token_logprobs(
         self, token_ids: Sequence[int], lora_name: str | None = None
@@ -288,12 +294,16 @@ class BatchedAsyncLM(AsyncLMBase):
         return [cache.get(r) for r in reqs] if cache is not None else [None] * len(reqs)
 
     async def _filled(self, reqs: list[Request], rows: list, cache: bool = True) -> torch.Tensor:
-        """``rows`` (cached or None, one per request) stacked, the Nones from the batcher."""
+        """``rows`` (cached or None, one per request) stacked, the Nones from the batcher.
+
+        The computed rows come uncopied (the cache's, or shared with concurrent stacking
+        callers): the stack right after is the one copy that makes them the caller's.
+        """
         misses = [i for i, row in enumerate(rows) if row is None]
         if misses:
             todo = [reqs[i] for i in misses]
             with self._computation.uncached([] if cache else todo):
-                computed = await self._batcher().submit_many(todo)
+                computed = await self._batcher(STACKING).submit_many(todo)
             for i, row in zip(misses, computed, strict=True):
                 rows[i] = row
         return torch.stack(rows)  # type: ignore[arg-type]
