@@ -16,7 +16,7 @@ Kind = tuple[Callable[[list[Any]], Sequence[Any]], dict[str, Any]]
 
 
 class LoopBatchers:
-    """The batchers of one batch function, one per event loop it is used from.
+    """The batchers of one batch function (and its variants), one per event loop it is used from.
 
     Args:
         batch_fn: The batch function of every batcher (see [`AutoBatcher`][]).
