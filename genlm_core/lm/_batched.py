@@ -27,7 +27,8 @@ from genlm_core.runtime import LoopBatchers, OutputCache, RowPool, process_trimm
 #: GPT-2's 50k tokens, 2 GiB for Llama-3's 128k.
 DEFAULT_CACHE_BYTES = 256 << 20
 
-#: The batcher variant whose callers stack the rows they get (see ``_filled``).
+#: The batcher variant that hands rows out uncopied, to callers that stack them at once
+#: (one copy a row, not two: see ``_filled``).
 STACKING = "stacking"
 
 #: Keyword options [`AsyncLMBase`][] itself takes (what ``**kwargs`` may carry to it).
@@ -143,9 +144,7 @@ class BatchedAsyncLM(AsyncLMBase):
             trimmer=self.heap_trimmer if self.trims_heap else None,
         )
         # A batcher per event loop (one per asyncio.run) over one worker thread: what
-        # init_worker_thread and the libraries set up in it is kept between runs. Its
-        # "stacking" variant hands out the rows uncopied, to callers that copy them
-        # into one tensor at once (one copy a row, not two: see _filled).
+        # init_worker_thread and the libraries set up in it is kept between runs.
         self._loop_batchers = LoopBatchers(
             functools.partial(self._computation.run, for_callers=True),
             name=f"{type(self).__name__}.batcher",

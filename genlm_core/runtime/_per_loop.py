@@ -37,9 +37,8 @@ class LoopBatchers:
         variants: Mapping[str, Kind] | None = None,
         **options: Any,
     ) -> None:
-        self._kinds: dict[str | None, Kind] = {None: (batch_fn, options)}
-        for variant, (fn, more) in (variants or {}).items():
-            self._kinds[variant] = (fn, {**options, **more})
+        more = {name: (fn, {**options, **opts}) for name, (fn, opts) in (variants or {}).items()}
+        self._kinds: dict[str | None, Kind] = {None: (batch_fn, options), **more}
         self._name = name
         self._initializer = initializer
         self._batchers: weakref.WeakKeyDictionary[
