@@ -229,7 +229,7 @@ class AutoBatcher(Generic[K, R]):
             fail_waiting(self.policy.drop_all(), exc)
             raise
         except BaseException as exc:  # KeyboardInterrupt from a batch run here: none may hang
-            if own is None:  # (a leader hands what is left to a task)
+            if own is None and not loop.is_closed():  # (a closed loop's callers are gone)
                 why = f"{self.name}'s worker was interrupted by {exc!r}; not computed"
                 fail_waiting(self.policy.drop_all(), RuntimeError(why))
             raise

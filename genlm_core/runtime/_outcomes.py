@@ -131,7 +131,9 @@ def deliver(
 
 
 def abandon(futures: Iterable[Any]) -> None:
-    """Cancel the futures a caller gave up on; mark failed ones' errors as retrieved."""
+    """Cancel futures a caller gave up on, errors marked retrieved (not once the loop closed)."""
     for fut in futures:
+        if fut.get_loop().is_closed():
+            return
         if not fut.cancel() and not fut.cancelled():
             fut.exception()  # no "exception never retrieved" log

@@ -209,3 +209,39 @@ def test_a_leader_left_in_a_closed_loop_closes_quietly() -> None:
     held = loop.run_until_complete(start())
     loop.close()
     held.get_coro().close()  # raised RuntimeError("Event loop is closed") before
+
+
+def test_a_worker_task_left_in_a_closed_loop_closes_quietly() -> None:
+    # The same for the worker task: closing its coroutine (GeneratorExit) after the
+    # loop closed must not try to answer callers through that loop.
+    loop = asyncio.new_event_loop()
+
+    async def start() -> asyncio.Task[Any]:
+        batcher = AutoBatcher(lambda keys: keys, adaptive=False, max_wait=10, inline_below=0)
+        held = asyncio.ensure_future(batcher.submit("held"))
+        await passes(2)
+        return held
+
+    held = loop.run_until_complete(start())
+    (worker,) = [t for t in asyncio.all_tasks(loop) if t is not held]
+    loop.close()
+    worker.get_coro().close()  # raised RuntimeError("Event loop is closed") before
+    held.get_coro().close()
+
+
+def test_a_caller_of_many_keys_left_in_a_closed_loop_closes_quietly() -> None:
+    # submit_many abandons its futures when its coroutine is closed: not through a
+    # closed loop (cancelling a future schedules its callbacks there).
+    loop = asyncio.new_event_loop()
+
+    async def start() -> asyncio.Task[Any]:
+        batcher = AutoBatcher(lambda keys: keys, adaptive=False, max_wait=10, inline_below=0)
+        many = asyncio.ensure_future(batcher.submit_many(["a", "b"]))
+        await passes(2)
+        return many
+
+    many = loop.run_until_complete(start())
+    (worker,) = [t for t in asyncio.all_tasks(loop) if t is not many]
+    loop.close()
+    many.get_coro().close()  # raised RuntimeError("Event loop is closed") before
+    worker.get_coro().close()
