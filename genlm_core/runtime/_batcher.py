@@ -6,13 +6,21 @@ import asyncio
 import dataclasses
 import functools
 import time
+import types
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
 from genlm_core.errors import BatcherClosedError, BatcherLoopError
 from genlm_core.runtime._dispatch import _FIRST, _FULL, Added, DispatchPolicy, Step
-from genlm_core.runtime._outcomes import BatcherStats, abandon, checked, deliver, fail_waiting
+from genlm_core.runtime._outcomes import (
+    BatcherStats,
+    RequestFailure,
+    abandon,
+    checked,
+    deliver,
+    fail_waiting,
+)
 from genlm_core.runtime._worker import WorkerThread
 
 K = TypeVar("K", bound=Hashable)
@@ -21,6 +29,12 @@ _running_loop = asyncio._get_running_loop  # the running loop or None (asyncio e
 #: Default ``inline_below``: about what handing a batch to a thread and back costs here,
 #: so a batch run on the loop stalls it no longer than the hand-off would have taken.
 INLINE_BELOW = 1e-4
+
+
+@types.coroutine
+def _one_pass() -> Any:
+    """Let the event loop run one pass (``asyncio.sleep(0)`` less its own call)."""
+    yield
 
 
 class AutoBatcher(Generic[K, R]):
@@ -111,10 +125,12 @@ class AutoBatcher(Generic[K, R]):
             raise self._refusal(loop)
         fut = loop.create_future()
         added = self._add(key, fut)  # the hot path: one call besides the future
+        if added is not _FIRST and added is not _FULL:  # it joined a batch: just wait
+            return await fut
         if added is _FIRST and self.policy.cheap and self._worker is None and not self._in_flight:
             await self._lead(fut, loop)
-        elif added is _FIRST or added is _FULL:
-            self._rouse(added, loop)
+            return fut.result()  # (answered: the leader returns once it is)
+        self._rouse(added, loop)
         return await fut
 
     async def submit_many(self, keys: Sequence[K]) -> list[R]:
@@ -185,19 +201,34 @@ class AutoBatcher(Generic[K, R]):
         for other callers' results. Cancelled or interrupted, it hands over too.
         """
         self._worker = own  # what aclose waits for
+        policy = self.policy
         try:
-            await self._hold(loop)
+            if policy.adaptive:  # _hold's loop, inlined: the lone caller pays for each call
+                seen = -1  # at least one pass, so callers already scheduled get their turn
+                while not self._closed and (n := len(policy.pending)) != seen and not policy.due():
+                    seen = n
+                    await _one_pass()
+            else:
+                await self._hold(loop)
             if not self._closed or self._draining:
-                self._start(loop)
+                if policy.cheap and (lone := policy.take_lone(own)):  # fewer calls
+                    self._run_here(lone, [[own]])
+                else:
+                    self._start(loop)
             if not own.done():  # (its batch went to the thread)
                 await self._run(own)
         except BaseException:  # cancelled or interrupted: nobody waits for own now
             abandon((own,))
             raise
         finally:
-            step = self.policy.next_step(self._in_flight, self._closed, self._draining)
-            if step is not Step.STOP and not loop.is_closed():  # work left for a task
-                self._worker = loop.create_task(self._run())
+            if (
+                (policy.pending or self._in_flight)
+                and not loop.is_closed()
+                and (
+                    policy.next_step(self._in_flight, self._closed, self._draining) is not Step.STOP
+                )
+            ):
+                self._worker = loop.create_task(self._run())  # work left for a task
             else:
                 self._idle()
 
@@ -259,9 +290,9 @@ class AutoBatcher(Generic[K, R]):
         policy = self.policy
         if policy.adaptive:
             seen = -1  # at least one pass, so callers already scheduled get their turn
-            while not (self._closed or policy.due(quiet=len(policy.pending) == seen)):
-                seen = len(policy.pending)
-                await asyncio.sleep(0)
+            while not self._closed and (n := len(policy.pending)) != seen and not policy.due():
+                seen = n  # (a pass that adds no key makes the batch due)
+                await _one_pass()
             return
         if not (self._closed or policy.due()):
             timer = loop.call_at(policy.deadline(), self._wake)
@@ -271,12 +302,14 @@ class AutoBatcher(Generic[K, R]):
                 timer.cancel()
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Take the due batch and compute it here if cheap, else hand it to the thread."""
+        """Compute the due batch here if cheap, else take it and hand it to the thread."""
+        if self.policy.cheap and not self._in_flight:
+            keys, waiters = self.policy.take(settled=True)  # (no request joins them here)
+            if keys:
+                self._run_here(keys, waiters)
+            return
         keys, waiters = self.policy.take()
         if not keys:
-            return
-        if self.policy.cheap and not self._in_flight:
-            self._run_here(keys, waiters)
             return
         self._in_flight += 1
         on_done = functools.partial(self._returned, keys, waiters)
@@ -285,20 +318,33 @@ class AutoBatcher(Generic[K, R]):
         except Exception as exc:  # the shared worker thread was shut down
             on_done(None, self._closed_error() if self._closed else exc)
 
-    def _run_here(self, keys: list[K], waiters: list[Any]) -> None:
-        """Compute a cheap batch on the event loop (nothing else of ours is in flight)."""
-        self.policy.stats.inline_batches += 1
+    def _run_here(self, keys: list[K], waiters: list[list[Any]]) -> None:
+        """Compute a taken, settled batch on the event loop (nothing of ours in flight).
+
+        The steps are inlined, and one key with one caller skips ``deliver``: a lone
+        caller's round trip is mostly calls (benchmarks/bench_batcher.py).
+        """
+        policy = self.policy
+        policy.stats.inline_batches += 1
+        start = time.perf_counter()
         try:
-            results = self._call(keys)
-        except BaseException as exc:  # answer the callers; a KeyboardInterrupt goes on up
-            self._finish(keys, waiters, None, exc)
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            self._finish(keys, waiters, results, None)
+            results, error = self._batch_fn(keys), None
+            if type(results) is not list or len(results) != len(keys):
+                results = checked(results, len(keys), self.name)
+        except BaseException as exc:  # answered below; a KeyboardInterrupt then goes on up
+            results, error = None, exc
+        policy.measured(time.perf_counter() - start)
+        if error is None and len(waiters) == 1 and len(futs := waiters[0]) == 1:
+            if type(value := results[0]) is not RequestFailure and not futs[0].done():
+                futs[0].set_result(value)
+                return
+        policy.stats.errors += error is not None
+        deliver(waiters, results, error, self._copy_result, self.name)
+        if error is not None and not isinstance(error, Exception):
+            raise error
 
     def _call(self, keys: list[K]) -> list[R]:
-        """Run ``batch_fn`` (in the worker thread, or inline) and time it."""
+        """Run ``batch_fn`` in the worker thread, and time it."""
         start = time.perf_counter()
         try:
             return checked(self._batch_fn(keys), len(keys), self.name)
@@ -306,13 +352,9 @@ class AutoBatcher(Generic[K, R]):
             self.policy.measured(time.perf_counter() - start)
 
     def _returned(self, keys: list[K], waiters: list[Any], results: Any, exc: Any) -> None:
-        """A batch came back from the thread (on the loop): wake the worker, answer."""
+        """A batch came back from the thread (on the loop): wake the worker, answer all."""
         self._in_flight -= 1
         self._wake()
-        self._finish(keys, waiters, results, exc)
-
-    def _finish(self, keys: list[K], waiters: list[Any], results: Any, exc: Any) -> None:
-        """Resolve or fail every caller of a finished batch's keys."""
         self.policy.settle(keys, waiters, failed=exc is not None)
         deliver(waiters, results, exc, self._copy_result, self.name)
 

@@ -6,7 +6,7 @@ Also the batcher's counters.
 from __future__ import annotations
 
 import dataclasses
-import itertools
+from asyncio import InvalidStateError
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -117,14 +117,19 @@ def deliver(
         err = RuntimeError(f"{name}: batch_fn was interrupted by {exc!r}")
         err.__cause__ = exc
         exc = err
-    values: Any = results if results is not None else itertools.repeat(None)
     try:
-        for futs, value in zip(waiters, values, strict=False):  # values may repeat
-            if exc is None and len(futs) == 1 and type(value) is not RequestFailure:
-                if not (fut := futs[0]).done():  # (the common case, without the calls)
-                    fut.set_result(value)
+        if exc is not None:
+            for futs in waiters:
+                resolve(futs, None, exc, copy)
+            return
+        for futs, value in zip(waiters, results, strict=True):  # type: ignore[arg-type]
+            if len(futs) == 1 and type(value) is not RequestFailure:
+                try:  # (the common case, with the fewest calls)
+                    futs[0].set_result(value)
+                except InvalidStateError:  # its caller left
+                    pass
                 continue
-            resolve(futs, value, exc if exc is not None else failure_of(value), copy)
+            resolve(futs, value, failure_of(value), copy)
     except BaseException as failure:
         fail_waiting(waiters, failure)
         raise

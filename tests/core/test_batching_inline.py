@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from batching_kit import Recorder, passes, within
 
-from genlm_core.errors import BatcherClosedError
-from genlm_core.runtime import AutoBatcher, WorkerThread
+from genlm_core.errors import BatcherClosedError, BatchSizeMismatchError
+from genlm_core.runtime import AutoBatcher, RequestFailure, WorkerThread
 
 
 def on_loop(rec: Recorder) -> list[bool]:
@@ -143,6 +143,68 @@ async def test_an_interrupt_on_the_loop_answers_the_callers_then_propagates() ->
     with pytest.raises(RuntimeError, match="interrupted by KeyboardInterrupt"):
         await within(other)
     assert await within(batcher.submit("fine")) == "fine"
+    await within(batcher.aclose())
+
+
+async def test_a_lone_caller_gets_results_failures_and_errors_as_from_any_batch() -> None:
+    # One key, one caller: the round trip that skips the general take/deliver steps.
+    def fn(keys: list[Any]) -> Any:
+        (key,) = keys
+        if key == "own failure":
+            return [RequestFailure(LookupError("no such key"))]
+        if key == "two results":
+            return [key, key]
+        if key == "tuple":
+            return (("t", key),)  # any sequence of one result
+        return [("r", key)]
+
+    batcher = AutoBatcher(fn)
+    await warm(batcher)
+    assert await within(batcher.submit("a")) == ("r", "a")
+    assert await within(batcher.submit("tuple")) == ("t", "tuple")
+    with pytest.raises(LookupError, match="no such key"):
+        await within(batcher.submit("own failure"))
+    with pytest.raises(BatchSizeMismatchError, match="2 results for 1 keys"):
+        await within(batcher.submit("two results"))
+    assert await within(batcher.submit("two results" + "!")) == ("r", "two results!")
+    stats = batcher.stats
+    assert (stats.requests, stats.batches, stats.inline_batches) == (6, 6, 5)
+    assert stats.errors == 1 and stats.max_batch_seen == 1  # a key's own failure is not one
+    assert batcher.policy.waiting == {} and batcher.policy.pending == []
+    await within(batcher.aclose())
+
+
+async def test_an_interrupt_of_a_lone_callers_batch_propagates_and_the_batcher_goes_on() -> None:
+    def fn(keys: list[Any]) -> list[Any]:
+        if keys == ["interrupt"]:
+            raise KeyboardInterrupt
+        return keys
+
+    batcher = AutoBatcher(fn)
+    await warm(batcher)
+    with pytest.raises(KeyboardInterrupt):
+        await batcher.submit("interrupt")
+    assert batcher.policy.waiting == {} and batcher.stats.errors == 1
+    assert await within(batcher.submit("fine")) == "fine"
+    await within(batcher.aclose())
+
+
+async def test_a_caller_cancelled_by_the_batch_fn_on_the_loop_leaves_the_others_answered() -> None:
+    tasks: dict[str, asyncio.Task[Any]] = {}
+
+    def fn(keys: list[Any]) -> list[Any]:
+        if "b" in keys:
+            tasks["b"].cancel()  # b's future is cancelled before its result comes
+        return keys
+
+    batcher = AutoBatcher(fn)
+    await warm(batcher)
+    for key in "abc":
+        tasks[key] = asyncio.ensure_future(batcher.submit(key))
+    assert await within(tasks["a"]) == "a" and await within(tasks["c"]) == "c"
+    with pytest.raises(asyncio.CancelledError):
+        await tasks["b"]
+    assert batcher.policy.waiting == {} and batcher.stats.errors == 0
     await within(batcher.aclose())
 
 

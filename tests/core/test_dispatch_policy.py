@@ -112,6 +112,37 @@ def test_take_splits_by_size_in_order_and_drops_keys_every_caller_left() -> None
     assert waiters[0] is p.waiting["a"]  # in flight: a new caller of "a" joins it
 
 
+def test_take_settled_forgets_its_keys_at_once() -> None:
+    p, _ = policy()
+    p.add("a", Waiter())
+    p.add("b", Waiter(done=True))
+    assert p.take(settled=True)[0] == ["a"]
+    assert p.waiting == {} and p.pending == []  # a new caller of "a" computes it again
+    assert p.add("a", Waiter()) is Added.FIRST
+
+
+def test_take_lone_takes_one_key_for_its_one_caller_and_nothing_else() -> None:
+    p, _ = policy()
+    own, other = Waiter(), Waiter()
+    p.add("a", own)
+    assert p.take_lone(other) == []  # not that caller's batch
+    p.add("a", other)
+    assert p.take_lone(own) == [] and p.pending == ["a"]  # two callers share the key
+    p.take()
+    p, _ = policy()
+    p.add("a", own)
+    p.add("b", other)
+    assert p.take_lone(own) == [] and p.pending == ["a", "b"]  # two keys
+    p, _ = policy()
+    p.add("a", gone := Waiter(done=True))
+    assert p.take_lone(gone) == []  # its caller left: take() drops it instead
+    p, _ = policy()
+    p.add("a", own)
+    assert p.take_lone(own) == ["a"]
+    assert p.waiting == {} and p.pending == []
+    assert (p.stats.batches, p.stats.max_batch_seen) == (1, 1)
+
+
 def test_a_key_in_flight_is_shared_until_settled_then_computed_again() -> None:
     p, _ = policy()
     p.add("a", Waiter())
