@@ -221,14 +221,10 @@ class AutoBatcher(Generic[K, R]):
             abandon((own,))
             raise
         finally:
-            if (
-                (policy.pending or self._in_flight)
-                and not loop.is_closed()
-                and (
-                    policy.next_step(self._in_flight, self._closed, self._draining) is not Step.STOP
-                )
-            ):
-                self._worker = loop.create_task(self._run())  # work left for a task
+            busy = policy.pending or self._in_flight  # (if not, next_step would say STOP)
+            step = busy and policy.next_step(self._in_flight, self._closed, self._draining)
+            if busy and step is not Step.STOP and not loop.is_closed():  # work left for a task
+                self._worker = loop.create_task(self._run())
             else:
                 self._idle()
 
