@@ -20,7 +20,14 @@ from genlm_core.lm._base import AsyncLMBase, ModelState
 from genlm_core.lm._options import accepted_options, unknown_option_error
 from genlm_core.lm._requests import PrefixRequest, Request
 from genlm_core.lm._rows import RowComputation, raise_failures
-from genlm_core.runtime import LoopBatchers, OutputCache, RowPool, process_trimmer, trimming_wanted
+from genlm_core.runtime import (
+    LoopBatchers,
+    OutputCache,
+    RowPool,
+    StackPool,
+    process_trimmer,
+    trimming_wanted,
+)
 
 #: Default byte budget of [`BatchedAsyncLM`][]'s output cache (256 MiB). An entry
 #: bound alone would let memory grow with the vocabulary: 4096 rows are 0.8 GiB for
@@ -131,6 +138,9 @@ class BatchedAsyncLM(AsyncLMBase):
         self.batch_size = batch_size
         #: Recycled memory for [`compute_batch`][]'s rows (``self.row_pool.copy_rows(batch)``).
         self.row_pool = RowPool(len(self.byte_vocab), max_free_bytes=self._free_row_bytes)
+        #: Recycled memory for batch calls' results: a sampler asks for as many rows each
+        #: step (one free result for each of the two latest shapes, up to 256 MiB each).
+        self._stacks = StackPool(max_free_bytes=DEFAULT_CACHE_BYTES)
         #: The process's heap trimmer, used after batches when [`trims_heap`][] is on.
         self.heap_trimmer = process_trimmer()
         self._computation = RowComputation(
@@ -305,7 +315,7 @@ class BatchedAsyncLM(AsyncLMBase):
                 computed = await self._batcher(STACKING).submit_many(todo)
             for i, row in zip(misses, computed, strict=True):
                 rows[i] = row
-        return torch.stack(rows)  # type: ignore[arg-type]
+        return self._stacks.stack(rows)
 
     def _filled_sync(self, reqs: list[Request], rows: list[torch.Tensor | None]) -> torch.Tensor:
         """`_filled` in this thread: the distinct misses ``batch_size`` at a time."""
@@ -315,7 +325,7 @@ class BatchedAsyncLM(AsyncLMBase):
             chunk = todo[start : start + self.batch_size]
             computed.update(zip(chunk, raise_failures(self._computation.run(chunk)), strict=True))
         pairs = zip(reqs, rows, strict=True)
-        return torch.stack([computed[r] if row is None else row for r, row in pairs])
+        return self._stacks.stack([computed[r] if row is None else row for r, row in pairs])
 
     def _prefix_lookup(
         self, token_ids: Sequence[int], lora_name: str | None, start: int
@@ -400,6 +410,7 @@ class BatchedAsyncLM(AsyncLMBase):
         self._loop_batchers.close()  # queued calls fail; the worker ends after its batches
         super()._release()  # waits for a computation in flight, unloads adapters
         self.row_pool.close()
+        self._stacks.close()
         if (close := self._backend_hook("close")) is not None:
             close()
 

@@ -20,7 +20,7 @@ from genlm_core.runtime._heap import (
 )
 from genlm_core.runtime._outcomes import BatcherStats, RequestFailure
 from genlm_core.runtime._per_loop import LoopBatchers
-from genlm_core.runtime._row_pool import RowPool, RowPoolStats
+from genlm_core.runtime._row_pool import RowPool, RowPoolStats, StackPool
 from genlm_core.runtime._worker import WorkerThread
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "RequestFailure",
     "RowPool",
     "RowPoolStats",
+    "StackPool",
     "WorkerThread",
     "freeze_heap",
     "nbytes_of",

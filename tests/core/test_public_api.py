@@ -112,7 +112,7 @@ PACKAGE_SURFACES = {
     ],
     "genlm_core.runtime": [
         "AutoBatcher", "BatcherStats", "ComputeGate", "DispatchPolicy", "HeapTrimmer",
-        "LoopBatchers", "OutputCache", "RequestFailure", "RowPool", "RowPoolStats",
+        "LoopBatchers", "OutputCache", "RequestFailure", "RowPool", "RowPoolStats", "StackPool",
         "WorkerThread", "freeze_heap", "nbytes_of", "process_trimmer", "thaw_heap", "trim_heap",
         "trimming_wanted",
     ],

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from genlm_core.runtime import RowPool
+from genlm_core.runtime import RowPool, StackPool
 
 # gc.collect() here needs to see only what each test made (see conftest.young_gc).
 pytestmark = pytest.mark.usefixtures("young_gc")
@@ -204,3 +204,86 @@ def test_large_rows_live_in_mappings_of_their_own_given_back_when_freed():
     small = RowPool(16, max_free_bytes=0)
     (row,) = small.empty_rows(1)
     assert small._live[row.data_ptr()].slot.base is None  # small rows: malloc's (np.empty)
+
+
+# -- StackPool: batch calls' results in recycled memory ---------------------------------
+
+
+def rows_of(n: int, width: int = 16, start: float = 0.0) -> list[torch.Tensor]:
+    return list(torch.from_numpy(batch(n, width, start)))
+
+
+def test_a_stack_equals_torch_stack_and_reuses_its_memory_once_dropped():
+    pool = StackPool(max_free_bytes=1 << 20)
+    first = pool.stack(rows_of(3))
+    assert torch.equal(first, torch.stack(rows_of(3))) and first.shape == (3, 16)
+    address = first.data_ptr()
+    held = pool.stack(rows_of(3, start=100.0))  # the first is alive: new memory
+    assert held.data_ptr() != address
+    del first
+    gc.collect()
+    again = pool.stack(rows_of(3, start=-7.0))
+    assert again.data_ptr() == address  # warm pages, rewritten
+    assert torch.equal(again, torch.stack(rows_of(3, start=-7.0)))
+    assert torch.equal(held, torch.stack(rows_of(3, start=100.0)))  # untouched
+
+
+def test_a_stack_still_read_through_a_view_is_never_reused():
+    pool = StackPool(max_free_bytes=1 << 20)
+    result = pool.stack(rows_of(2))
+    view, array = result[1], result.numpy()
+    address = result.data_ptr()
+    del result
+    gc.collect()
+    for k in range(4):
+        assert pool.stack(rows_of(2, start=50.0 + k)).data_ptr() != address
+    np.testing.assert_array_equal(view.numpy(), batch(2)[1])
+    np.testing.assert_array_equal(array, batch(2))
+
+
+def test_only_the_latest_shapes_keep_memory_and_at_most_one_result_each():
+    pool = StackPool(max_free_bytes=1 << 20, sizes=2)
+    for n in (1, 2, 3):
+        pool.stack(rows_of(n))
+    gc.collect()
+    assert sorted(pool._pools) == [(2, 16), (3, 16)]  # the oldest shape was let go
+    results = [pool.stack(rows_of(3)) for _ in range(3)]
+    del results
+    gc.collect()
+    assert pool._pools[(3, 16)].stats().free_rows == 1
+
+
+def test_a_budget_too_small_keeps_nothing():
+    pool = StackPool(max_free_bytes=100)  # a (2, 16) result is 128 bytes
+    address = pool.stack(rows_of(2)).data_ptr()
+    gc.collect()
+    assert pool._pools[(2, 16)].stats().free_rows == 0
+    assert torch.equal(pool.stack(rows_of(2, start=3.0)), torch.stack(rows_of(2, start=3.0)))
+    del address
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [torch.ones(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)],
+        [torch.ones(2, 3), torch.zeros(2, 3)],  # 2-D rows
+        [torch.ones(4), torch.zeros(4, dtype=torch.float64)],  # a dtype apart
+    ],
+)
+def test_other_rows_are_stacked_as_torch_stack_does(rows):
+    pool = StackPool(max_free_bytes=1 << 20)
+    result = pool.stack(rows)
+    assert torch.equal(result, torch.stack(rows)) and result.dtype == torch.stack(rows).dtype
+
+
+def test_rows_that_cannot_stack_raise_as_torch_stack_does_and_close_keeps_nothing():
+    pool = StackPool(max_free_bytes=1 << 20)
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        pool.stack([torch.ones(4), torch.ones(5)])
+    kept = pool.stack(rows_of(2))
+    pool.close()
+    assert torch.equal(kept, torch.stack(rows_of(2)))  # still valid
+    after = pool.stack(rows_of(2))
+    del kept
+    gc.collect()
+    assert pool._pools == {} and torch.equal(after, torch.stack(rows_of(2)))

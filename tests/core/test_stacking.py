@@ -119,3 +119,21 @@ async def test_variants_share_the_worker_thread_and_close_together():
     assert await pending == 10
     assert batchers.get().closed is False  # a new batcher after close, as before
     batchers.close()
+
+
+async def test_a_batch_calls_result_memory_serves_a_later_call_once_dropped(lm):
+    def prompts(last):
+        return [[i + 1, last] for i in range(4)]
+
+    first = await lm.batch_next_token_logprobs(prompts(3))
+    address = first.data_ptr()
+    kept = await lm.batch_next_token_logprobs(prompts(5))  # the first is alive: apart
+    assert kept.data_ptr() != address
+    del first  # (a sampler drops the last step's rows)
+    again = await lm.batch_next_token_logprobs(prompts(6))
+    assert again.data_ptr() == address  # the same warm memory, rewritten
+    assert torch.equal(again, expected(lm, prompts(6)))
+    assert torch.equal(kept, expected(lm, prompts(5)))  # untouched by the later calls
+    values = again.clone()
+    lm.cleanup()  # the pool lets go of its free memory; results in use stay valid
+    assert torch.equal(again, values)
