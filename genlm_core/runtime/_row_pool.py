@@ -190,8 +190,10 @@ class StackPool:
 
     A sampler stacks as many rows every step and drops the last step's tensor, whose
     memory comes back here: the next stack writes warm pages, where a fresh 50 MB
-    tensor (256 x 49152) paid page faults of about 4x the copy. A stack's memory is
-    reused only once nothing reads it (a [`RowPool`][] slot per result).
+    tensor (256 x 49152) paid page faults of about 4x the copy. A shape is pooled from
+    its second stack among the latest ones (calls of ever new shapes, as the byte-level
+    LM's, stack as usual), and a result's memory is reused only once nothing reads it
+    (a [`RowPool`][] slot per result).
 
     Args:
         max_free_bytes: Most bytes a free result may have to be kept.
@@ -215,12 +217,14 @@ class StackPool:
             if self._closed:
                 return torch.stack(rows)  # type: ignore[arg-type]
             pool = self._pools.pop(shape, None)
-            if pool is None:
-                n = shape[0] * shape[1]
-                pool = RowPool(n, functools.partial(self._one_free, n * 4))
-            self._pools[shape] = pool
+            n = shape[0] * shape[1]
+            self._pools[shape] = pool or RowPool(
+                n, functools.partial(self._one_free, n * 4), allocate=_heap_floats
+            )
             while len(self._pools) > self._sizes:
                 self._pools.pop(next(iter(self._pools))).close()
+        if pool is None:  # a shape not asked for lately: remembered, stacked as usual
+            return torch.stack(rows)  # type: ignore[arg-type]
         (slot,) = pool.empty_rows(1)
         try:
             return torch.stack(rows, out=slot.view(shape))  # type: ignore[arg-type]
@@ -238,6 +242,15 @@ class StackPool:
     def _one_free(self, nbytes: int) -> int:
         """A pool's free bytes: one result of ``nbytes``, if that fits ``max_free_bytes``."""
         return nbytes if nbytes <= self._limit else 0
+
+
+def _heap_floats(n: int) -> np.ndarray:
+    """Memory as torch.stack's own result gets it.
+
+    (NumPy's asks for huge pages, whose compaction stalled the loop up to 36 ms a 33 MB
+    result, under THP's ``madvise`` setting.)
+    """
+    return torch.empty(n, dtype=torch.float32).numpy()
 
 
 def _f32_cpu(row: torch.Tensor) -> bool:

@@ -215,7 +215,9 @@ def rows_of(n: int, width: int = 16, start: float = 0.0) -> list[torch.Tensor]:
 
 def test_a_stack_equals_torch_stack_and_reuses_its_memory_once_dropped():
     pool = StackPool(max_free_bytes=1 << 20)
-    first = pool.stack(rows_of(3))
+    plain = pool.stack(rows_of(3, start=5.0))  # a new shape: stacked as usual, remembered
+    assert torch.equal(plain, torch.stack(rows_of(3, start=5.0))) and (3, 16) in pool._pools
+    first = pool.stack(rows_of(3))  # asked for again: pooled
     assert torch.equal(first, torch.stack(rows_of(3))) and first.shape == (3, 16)
     address = first.data_ptr()
     held = pool.stack(rows_of(3, start=100.0))  # the first is alive: new memory
@@ -223,13 +225,14 @@ def test_a_stack_equals_torch_stack_and_reuses_its_memory_once_dropped():
     del first
     gc.collect()
     again = pool.stack(rows_of(3, start=-7.0))
-    assert again.data_ptr() == address  # warm pages, rewritten
-    assert torch.equal(again, torch.stack(rows_of(3, start=-7.0)))
+    assert again.data_ptr() == address and pool._pools[(3, 16)].stats().reused == 1
+    assert torch.equal(again, torch.stack(rows_of(3, start=-7.0)))  # rewritten
     assert torch.equal(held, torch.stack(rows_of(3, start=100.0)))  # untouched
 
 
 def test_a_stack_still_read_through_a_view_is_never_reused():
     pool = StackPool(max_free_bytes=1 << 20)
+    pool.stack(rows_of(2))  # (the shape's first stack is not pooled)
     result = pool.stack(rows_of(2))
     view, array = result[1], result.numpy()
     address = result.data_ptr()
@@ -247,19 +250,19 @@ def test_only_the_latest_shapes_keep_memory_and_at_most_one_result_each():
         pool.stack(rows_of(n))
     gc.collect()
     assert sorted(pool._pools) == [(2, 16), (3, 16)]  # the oldest shape was let go
-    results = [pool.stack(rows_of(3)) for _ in range(3)]
+    results = [pool.stack(rows_of(3)) for _ in range(3)]  # pooled, all three
     del results
     gc.collect()
-    assert pool._pools[(3, 16)].stats().free_rows == 1
+    assert pool._pools[(3, 16)].stats().free_rows == 1  # one kept of three
 
 
 def test_a_budget_too_small_keeps_nothing():
     pool = StackPool(max_free_bytes=100)  # a (2, 16) result is 128 bytes
-    address = pool.stack(rows_of(2)).data_ptr()
+    for k in range(3):
+        assert torch.equal(pool.stack(rows_of(2, start=k)), torch.stack(rows_of(2, start=k)))
     gc.collect()
-    assert pool._pools[(2, 16)].stats().free_rows == 0
-    assert torch.equal(pool.stack(rows_of(2, start=3.0)), torch.stack(rows_of(2, start=3.0)))
-    del address
+    stats = pool._pools[(2, 16)].stats()
+    assert stats.free_rows == 0 and stats.reused == 0 and stats.allocated == 2
 
 
 @pytest.mark.parametrize(

@@ -125,6 +125,7 @@ async def test_a_batch_calls_result_memory_serves_a_later_call_once_dropped(lm):
     def prompts(last):
         return [[i + 1, last] for i in range(4)]
 
+    await lm.batch_next_token_logprobs(prompts(2))  # (a shape's first result is not pooled)
     first = await lm.batch_next_token_logprobs(prompts(3))
     address = first.data_ptr()
     kept = await lm.batch_next_token_logprobs(prompts(5))  # the first is alive: apart
