@@ -198,9 +198,17 @@ class StackPool:
     Args:
         max_free_bytes: Most bytes a free result may have to be kept.
         sizes: How many of the latest ``(rows, width)`` shapes keep one free result each.
+
+    Raises:
+        ValueError: ``max_free_bytes`` or ``sizes`` is not an integer in range.
     """
 
     def __init__(self, max_free_bytes: int, sizes: int = 2) -> None:
+        if not is_int_at_least(max_free_bytes, 0) or not is_int_at_least(sizes, 1):
+            raise ValueError(
+                f"StackPool needs integers max_free_bytes >= 0 and sizes >= 1, got "
+                f"max_free_bytes={max_free_bytes!r}, sizes={sizes!r}"
+            )
         self._limit = max_free_bytes
         self._sizes = sizes
         self._pools: dict[tuple[int, int], RowPool] = {}  # by shape, latest last
@@ -211,7 +219,7 @@ class StackPool:
         """``torch.stack(rows)``; into pooled memory if they are 1-D float32 CPU rows."""
         first = rows[0] if len(rows) else None
         if first is None or first.dim() != 1 or not all(_f32_cpu(row) for row in rows):
-            return torch.stack(rows)  # type: ignore[arg-type]  (its results, its errors)
+            return torch.stack(rows)  # type: ignore[arg-type]  (its result, or its error)
         shape = (len(rows), first.numel())
         with self._lock:
             if self._closed:

@@ -43,11 +43,11 @@ MAX_LINES = 500
 # sends it, genlm-backend's leader; the policy's cost estimate; one lone caller's
 # round trip 0.10x -> ~0.7x genlm-backend's in benchmarks/bench_batcher.py), +2 so that
 # an interrupt in a batch run on the loop leaves no caller waiting.
-MAX_CORE_LINES = 8_664
+MAX_CORE_LINES = 8_672
 #: issue 41: +21 for the batcher variant that hands batch calls uncopied rows (one copy
 #: a row instead of two); +60 for a lone caller's round trip in fewer calls (take_lone,
 #: the hold written out in _lead, batches on the loop settled as taken: 7.1 -> ~5.0 us,
-#: 0.70x -> ~1.0x genlm-backend's in bench_batcher.py); +84 for runtime.StackPool, batch
+#: 0.70x -> ~1.0x genlm-backend's in bench_batcher.py); +92 for runtime.StackPool, batch
 #: calls' results in recycled memory (bench_step, P=256: the loop's stall ~20 -> ~5 ms,
 #: host work around the backend ~110 -> ~45 us a row); issue 40 keeps 8,000 open.
 #: issue 40: the dispatch policy lives in runtime/_dispatch.py (250 lines then); +73

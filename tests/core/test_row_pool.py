@@ -290,3 +290,10 @@ def test_rows_that_cannot_stack_raise_as_torch_stack_does_and_close_keeps_nothin
     del kept
     gc.collect()
     assert pool._pools == {} and torch.equal(after, torch.stack(rows_of(2)))
+
+
+@pytest.mark.parametrize("kw", [{"max_free_bytes": -1}, {"max_free_bytes": 1.5}, {"sizes": 0}])
+def test_stack_pool_arguments_are_checked_naming_the_value(kw):
+    args = {"max_free_bytes": 1 << 20, **kw}
+    with pytest.raises(ValueError, match=f"{next(iter(kw))}={next(iter(kw.values()))!r}"):
+        StackPool(**args)
