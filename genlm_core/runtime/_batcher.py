@@ -221,12 +221,11 @@ class AutoBatcher(Generic[K, R]):
             abandon((own,))
             raise
         finally:
-            busy = policy.pending or self._in_flight  # (if not, next_step would say STOP)
-            step = busy and policy.next_step(self._in_flight, self._closed, self._draining)
-            if busy and step is not Step.STOP and not loop.is_closed():  # work left for a task
-                self._worker = loop.create_task(self._run())
-            else:
+            idle = not (policy.pending or self._in_flight) or loop.is_closed()  # (no next_step)
+            if idle or policy.next_step(self._in_flight, self._closed, self._draining) is Step.STOP:
                 self._idle()
+            else:  # work left for a task
+                self._worker = loop.create_task(self._run())
 
     async def _run(self, own: asyncio.Future[Any] | None = None) -> None:
         """Send batches while there is work; ends when idle, so nothing holds the loop.
