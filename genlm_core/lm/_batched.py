@@ -6,7 +6,6 @@ docs/architecture.md ("A request's path") names every step of a call in order.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -278,10 +277,10 @@ class BatchedAsyncLM(AsyncLMBase):
         if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
-            first = missing[0]  # cached leading rows are not asked for again
-            with self._computation.uncached([] if cache else [_from(req, first)]):
-                computed = await self._batcher().submit(_from(req, first))
-            return _after(rows[:first], computed)
+            rest = req.without_first(missing[0])  # cached leading rows: not asked again
+            with self._computation.uncached([] if cache else [rest]):
+                computed = await self._batcher().submit(rest)
+            return _after(rows[: missing[0]], computed)
         return await self._filled(prefixes, rows, cache)
 
     def prefix_next_token_logprobs_sync(
@@ -292,9 +291,8 @@ class BatchedAsyncLM(AsyncLMBase):
         if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
-            first = missing[0]
-            (computed,) = raise_failures(self._computation.run([_from(req, first)]))
-            return _after(rows[:first], computed)
+            (computed,) = raise_failures(self._computation.run([req.without_first(missing[0])]))
+            return _after(rows[: missing[0]], computed)
         return self._filled_sync(prefixes, rows)
 
     def _cached(self, reqs: Sequence[Request]) -> list[torch.Tensor | None]:
@@ -413,11 +411,6 @@ class BatchedAsyncLM(AsyncLMBase):
         self._stacks.close()
         if (close := self._backend_hook("close")) is not None:
             close()
-
-
-def _from(req: PrefixRequest, skip: int) -> PrefixRequest:
-    """``req`` without its first ``skip`` rows (already known)."""
-    return dataclasses.replace(req, start=req.start + skip) if skip else req
 
 
 def _after(known: list[Any], computed: torch.Tensor) -> torch.Tensor:

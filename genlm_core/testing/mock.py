@@ -30,6 +30,7 @@ import torch
 from genlm_core.compat import model_methods as _compat
 from genlm_core.errors import GenlmError
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
+from genlm_core.lm._requests import token_ids_key
 
 __all__ = ["MockAsyncLM"]
 
@@ -158,12 +159,13 @@ class MockAsyncLM(BatchedAsyncLM):
 def _seed(req: Request, adapter: bytes | None) -> int:
     """A 64-bit seed from the prompt (and the adapter's bytes).
 
-    The prompt's part is Python's hash of its tuple of ints: the same in every process
-    (ints and tuples of them are not salted) and a C loop, ~1.5 ns a token, so a
-    250k-token context (a 1 MB text) costs the mock 0.4 ms, not the 5 ms of packing
-    and digesting its bytes.
+    The prompt's part is the hash of its key (`token_ids_key`: a tuple's, or a long
+    prompt's own): the same in every process (ints are not salted), kept by a long
+    prompt's key, so a 250k-token context (a 1 MB text) costs the mock nothing again,
+    not the 5 ms of packing and digesting its bytes. The same ids give the same row
+    whether they come as a key or as a plain tuple.
     """
-    seed = hash(req.token_ids) & 0xFFFF_FFFF_FFFF_FFFF
+    seed = hash(token_ids_key(req.token_ids)) & 0xFFFF_FFFF_FFFF_FFFF
     if adapter is None:
         return seed
     digest = hashlib.blake2b(seed.to_bytes(8, "little"), digest_size=8)

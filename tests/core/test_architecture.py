@@ -42,8 +42,10 @@ MAX_LINES = 500
 # +105 for issue 41's cheap batches run on the event loop (the caller that opens one
 # sends it, genlm-backend's leader; the policy's cost estimate; one lone caller's
 # round trip 0.10x -> ~0.7x genlm-backend's in benchmarks/bench_batcher.py), +2 so that
-# an interrupt in a batch run on the loop leaves no caller waiting.
-MAX_CORE_LINES = 8_672
+# an interrupt in a batch run on the loop leaves no caller waiting; +66 for issue 39's
+# prefix keys hashed in one vectorised pass (lm/_requests.prefix_hashes; a 200 KB text's
+# exact log-likelihood 38.9 -> 27.7 s on the mock, the per-row tuple hash gone).
+MAX_CORE_LINES = 8_738
 #: issue 41: +21 for the batcher variant that hands batch calls uncopied rows (one copy
 #: a row instead of two); +60 for a lone caller's round trip in fewer calls (take_lone,
 #: the hold written out in _lead, batches on the loop settled as taken: 7.1 -> ~5.0 us,
