@@ -1,7 +1,8 @@
 """Exact log-likelihood of long mixed documents, per tokenizer family: memory, stalls, speed.
 
 Issue 39's bars, at the library's default settings, over ``MockAsyncLM`` (a model that
-costs almost nothing, so what is measured is the library's own work) on each family's
+costs almost nothing, so what is measured is the library's own work; it answers a prefix
+call in one call, as genlm-hf's forward does) on each family's
 real tokenizer: ``log_likelihood`` of a 50 KB document mixing prose, code, numbers, a
 Markdown table, HTML and non-Latin text, with a coroutine ticking beside it.
 

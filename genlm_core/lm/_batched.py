@@ -148,6 +148,7 @@ class BatchedAsyncLM(AsyncLMBase):
             adapters=self._adapters,
             cache=self.cache,
             row_pool=self.row_pool,
+            stacks=self._stacks,
             row_device=self.row_device,
             width=len(self.byte_vocab),
             trimmer=self.heap_trimmer if self.trims_heap else None,
@@ -273,7 +274,7 @@ class BatchedAsyncLM(AsyncLMBase):
         Cached rows are not recomputed; the rest come from [`compute_prefix_batch`][]
         in one forward if overridden, else from [`compute_batch`][], one request a prefix.
         """
-        req, prefixes, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
+        req, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
@@ -281,19 +282,19 @@ class BatchedAsyncLM(AsyncLMBase):
             with self._computation.uncached([] if cache else [rest]):
                 computed = await self._batcher().submit(rest)
             return _after(rows[: missing[0]], computed)
-        return await self._filled(prefixes, rows, cache)
+        return await self._filled(req.prefixes(), rows, cache)
 
     def prefix_next_token_logprobs_sync(
         self, token_ids: Sequence[int], lora_name: str | None = None, *, start: int = 0
     ) -> torch.Tensor:
         """Synchronous [`prefix_next_token_logprobs`][], computed in the calling thread."""
-        req, prefixes, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
+        req, rows, missing = self._prefix_lookup(token_ids, lora_name, start)
         if not missing:
             return torch.stack(rows)  # type: ignore[arg-type]
         if self.computes_prefixes_in_one_forward:
             (computed,) = raise_failures(self._computation.run([req.without_first(missing[0])]))
             return _after(rows[: missing[0]], computed)
-        return self._filled_sync(prefixes, rows)
+        return self._filled_sync(req.prefixes(), rows)
 
     def _cached(self, reqs: Sequence[Request]) -> list[torch.Tensor | None]:
         """Each request's row in the output cache, or None."""
@@ -327,12 +328,14 @@ class BatchedAsyncLM(AsyncLMBase):
 
     def _prefix_lookup(
         self, token_ids: Sequence[int], lora_name: str | None, start: int
-    ) -> tuple[PrefixRequest, list[Request], list[torch.Tensor | None], list[int]]:
-        """The checked request, its prefixes, their cached rows, and the missing indices."""
+    ) -> tuple[PrefixRequest, list[torch.Tensor | None], list[int]]:
+        """The checked request, its prefixes' cached rows, and the missing indices.
+
+        Looked up by keys that copy no ids (a long context's prefixes: rows x context).
+        """
         req = self.make_prefix_request(token_ids, lora_name, start)
-        prefixes = req.prefixes()
-        rows = self._cached(prefixes)
-        return req, prefixes, rows, [i for i, row in enumerate(rows) if row is None]
+        rows = self._cached(req.lookup_keys())
+        return req, rows, [i for i, row in enumerate(rows) if row is None]
 
     def clear_cache(self) -> None:
         """Drop every cached output (their memory stays in [`row_pool`][] for reuse)."""

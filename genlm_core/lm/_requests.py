@@ -77,7 +77,9 @@ def prefix_hashes(array: np.ndarray, first: int) -> list[int]:
     x ^= x >> np.uint64(27)
     x *= np.uint64(0x94D049BB133111EB)
     x ^= x >> np.uint64(31)
-    return x.view(np.int64).tolist()
+    signed = x.view(np.int64)
+    signed[signed == -1] = -2  # what hash() makes of a __hash__ of -1
+    return signed.tolist()
 
 
 def _long_key(ids: tuple[int, ...], hashed: int) -> LongTokenIds:
@@ -121,35 +123,93 @@ class PrefixRequest:
     _prefixes: list[Request] | None = dataclasses.field(
         default=None, init=False, compare=False, hash=False, repr=False
     )
+    _hashes: list[int] | None = dataclasses.field(
+        default=None, init=False, compare=False, hash=False, repr=False
+    )
 
     def prefixes(self) -> list[Request]:
         """The next-token requests it answers, in order (made once, then kept).
 
-        Long ones are hashed in one pass over the ids (see [`prefix_hashes`][]), not
-        one pass each: a 1 MB text asks for about 300k prefixes of 125k ids on average.
+        Each long one copies its prefix of the ids: where only lookups are needed,
+        [`lookup_keys`][] costs nothing per row.
         """
+        if self._prefixes is None:
+            ids, lora, gen, start = self.token_ids, self.lora_name, self.generation, self.start
+            out = [
+                Request(ids[:k], lora, gen)
+                for k in range(start + 1, min(len(ids), LONG_PROMPT - 1) + 1)
+            ]
+            long = range(start + 1 + len(out), len(ids) + 1)
+            hashes = self.prefix_hashes()[len(out) :]
+            out += [
+                Request(_long_key(ids[:k], h), lora, gen) for k, h in zip(long, hashes, strict=True)
+            ]
+            object.__setattr__(self, "_prefixes", out)
+        return self._prefixes  # type: ignore[return-value]
+
+    def prefix_hashes(self) -> list[int]:
+        """The hash of each prefix's ids as its key holds them, in order (made once).
+
+        Long ones come from one vectorised pass over the ids (see [`prefix_hashes`][]),
+        not one pass each: a 1 MB text asks for about 300k prefixes of 125k ids.
+        """
+        if self._hashes is None:
+            ids, first = self.token_ids, self.start + 1
+            short = [hash(ids[:k]) for k in range(first, min(len(ids), LONG_PROMPT - 1) + 1)]
+            if len(ids) >= LONG_PROMPT:
+                array = np.fromiter(ids, dtype=np.int64, count=len(ids))
+                short += prefix_hashes(array, max(first, LONG_PROMPT))
+            object.__setattr__(self, "_hashes", short)
+        return self._hashes  # type: ignore[return-value]
+
+    def lookup_keys(self) -> list[Request]:
+        """Keys equal to [`prefixes`][], for looking rows up: long ones copy nothing."""
         if self._prefixes is not None:
             return self._prefixes
-        ids, lora, gen = self.token_ids, self.lora_name, self.generation
-        first = max(self.start + 1, LONG_PROMPT)  # the first long prefix's length
-        out = [Request(ids[:k], lora, gen) for k in range(self.start + 1, min(first, len(ids) + 1))]
-        if first <= len(ids):
-            array = np.fromiter(ids, dtype=np.int64, count=len(ids))
-            hashes = prefix_hashes(array, first)
-            out += [
-                Request(_long_key(ids[:k], h), lora, gen)
-                for k, h in zip(range(first, len(ids) + 1), hashes, strict=True)
-            ]
-        object.__setattr__(self, "_prefixes", out)
-        return out
+        ids, lora, gen, start = self.token_ids, self.lora_name, self.generation, self.start
+        hashes = self.prefix_hashes()
+        return [
+            Request(ids[:k] if k < LONG_PROMPT else _IdsPrefix(ids, k, h), lora, gen)
+            for k, h in zip(range(start + 1, len(ids) + 1), hashes, strict=True)
+        ]
 
     def without_first(self, skip: int) -> PrefixRequest:
         """This request without its first ``skip`` rows (already known)."""
         if not skip:
             return self
         rest = dataclasses.replace(self, start=self.start + skip)
-        object.__setattr__(rest, "_prefixes", self.prefixes()[skip:])
+        for name in ("_prefixes", "_hashes"):
+            if (known := getattr(self, name)) is not None:
+                object.__setattr__(rest, name, known[skip:])
         return rest
+
+
+class _IdsPrefix:
+    """The first ``n`` of a long ``ids`` as a lookup key, never copied.
+
+    Equal to, and hashing like, their [`LongTokenIds`][]; the copy is made only to
+    compare, on a hash match. Never stored and never handed to a backend: only
+    [`PrefixRequest.lookup_keys`][] makes them, to find cached rows.
+    """
+
+    __slots__ = ("_hash", "_ids", "_n")
+
+    def __init__(self, ids: tuple[int, ...], n: int, hashed: int) -> None:
+        self._ids, self._n, self._hash = ids, n, hashed
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, tuple):
+            return len(other) == self._n and other == self._ids[: self._n]
+        return NotImplemented
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: Any) -> Any:  # for error messages (short_ids)
+        return self._ids[: self._n][index]
 
 
 def checked_token_ids(token_ids: Any, n: int, limit: int | None) -> tuple[int, ...]:

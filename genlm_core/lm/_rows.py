@@ -22,7 +22,7 @@ from genlm_core.runtime import RequestFailure
 
 if TYPE_CHECKING:
     from genlm_core.lm._adapters import LoraAdapters
-    from genlm_core.runtime import ComputeGate, HeapTrimmer, OutputCache, RowPool
+    from genlm_core.runtime import ComputeGate, HeapTrimmer, OutputCache, RowPool, StackPool
 
 Key = Request | PrefixRequest
 
@@ -43,6 +43,7 @@ class RowComputation:
         adapters: LoraAdapters,
         cache: OutputCache | None,
         row_pool: RowPool,
+        stacks: StackPool,
         row_device: torch.device,
         width: int,
         trimmer: HeapTrimmer | None,
@@ -53,6 +54,7 @@ class RowComputation:
         self._adapters = adapters
         self._cache = cache
         self._row_pool = row_pool
+        self._stacks = stacks  # a prefix call's rows, stacked into recycled memory
         self._row_device = row_device
         self._trimmer = trimmer
         self.width = width  # the rows' length
@@ -139,39 +141,38 @@ class RowComputation:
         outs = self._outputs(computed, requests, "compute_prefix_batch")
         results: dict[PrefixRequest, Any] = {}
         # Every row of every sequence is checked at once (one host read-back on a GPU).
-        spans: list[tuple[PrefixRequest, list[Request], int]] = []
-        keys: list[Request] = []
+        # The prefixes' keys are made only to store rows or to name a bad one: each
+        # copies its part of the ids (a long context's prefixes: rows x context).
+        spans: list[tuple[PrefixRequest, int, int]] = []
         values: list[Any] = []
         for req, out in zip(requests, outs, strict=True):
             rows = list(out)
-            prefixes = req.prefixes()
-            if len(rows) != len(prefixes):
+            if len(rows) != (expected := len(req.token_ids) - req.start):
                 results[req] = RequestFailure(
                     BackendContractError(
                         f"{self._name}.compute_prefix_batch returned {len(rows)} "
                         f"rows for a sequence of {len(req.token_ids)} tokens from position "
-                        f"{req.start}; expected {len(prefixes)}, one per prefix"
+                        f"{req.start}; expected {expected}, one per prefix"
                     )
                 )
                 continue
-            spans.append((req, prefixes, len(keys)))
-            keys.extend(prefixes)
+            spans.append((req, len(values), expected))
             values.extend(rows)
         cache = self._cache
-        all_checked = self.checked_rows(keys, values, "compute_prefix_batch")
-        for req, prefixes, first in spans:
-            checked = all_checked[first : first + len(prefixes)]
+        all_checked = self.checked_rows(_Prefixes(spans), values, "compute_prefix_batch")
+        for req, first, n in spans:
+            checked = all_checked[first : first + n]
             failed = [row for row in checked if type(row) is RequestFailure]
             if failed:
                 results[req] = failed[0]
                 continue
             if cache is not None and req not in self._uncached:
-                for prefix, row in zip(prefixes, checked, strict=True):
+                for prefix, row in zip(req.prefixes(), checked, strict=True):
                     cache[prefix] = row
-            results[req] = torch.stack(checked)
+            results[req] = self._stacks.stack(checked)
         return results
 
-    def checked_rows(self, reqs: list[Request], outs: list[Any], method: str) -> list[Any]:
+    def checked_rows(self, reqs: Sequence[Request], outs: list[Any], method: str) -> list[Any]:
         """Each of ``outs`` if it is a valid row for its request (owned), else a failure.
 
         Valid: float32, shape ``(len(byte_vocab),)``, on [`row_device`][], largest
@@ -303,3 +304,19 @@ def raise_failures(results: list[Any]) -> list[Any]:
         if type(result) is RequestFailure:
             raise result.error
     return results
+
+
+class _Prefixes(Sequence[Request]):
+    """The prefixes of several prefix requests as one list, each made when read."""
+
+    def __init__(self, spans: list[tuple[PrefixRequest, int, int]]) -> None:
+        self._spans = spans
+
+    def __len__(self) -> int:
+        return sum(n for _, _, n in self._spans)
+
+    def __getitem__(self, i: int) -> Request:  # type: ignore[override]
+        for req, first, n in self._spans:
+            if first <= i < first + n:
+                return req.prefixes()[i - first]
+        raise IndexError(i)

@@ -30,7 +30,7 @@ import torch
 from genlm_core.compat import model_methods as _compat
 from genlm_core.errors import GenlmError
 from genlm_core.lm import BatchedAsyncLM, LoraAdapter, Request
-from genlm_core.lm._requests import token_ids_key
+from genlm_core.lm._requests import PrefixRequest, token_ids_key
 
 __all__ = ["MockAsyncLM"]
 
@@ -108,15 +108,36 @@ class MockAsyncLM(BatchedAsyncLM):
 
     def compute_batch(self, requests: list[Request]) -> Sequence[torch.Tensor]:
         """Pseudo-random normalised log-probs, one row per request, in the row pool's memory."""
-        batches = self.batches
-        batches.append(len(requests))
-        if len(batches) > self.recorded_batches:
-            del batches[: len(batches) - self.recorded_batches]
+        self._record(len(requests))
         bases = self.base_rows()
         rows = self.row_pool.empty_rows(len(requests))
         for row, req in zip(rows, requests, strict=True):
-            _fill(row.numpy(), bases, _seed(req, self.adapter_handle(req)))
+            seed = _seed(hash(token_ids_key(req.token_ids)), self.adapter_handle(req))
+            _fill(row.numpy(), bases, seed)
         return rows
+
+    def compute_prefix_batch(self, requests: list[PrefixRequest]) -> list[Sequence[torch.Tensor]]:
+        """The rows after every prefix of each sequence in one call, as genlm-hf's forward.
+
+        Each equals [`compute_batch`][]'s row for that prefix; the prefixes' hashes come
+        from one pass over the ids, so a long context's rows cost no copy of it each.
+        """
+        self._record(sum(len(r.token_ids) - r.start for r in requests))
+        bases = self.base_rows()
+        out = []
+        for req in requests:
+            adapter = self.adapter_handle(req)
+            rows = self.row_pool.empty_rows(len(req.token_ids) - req.start)
+            for row, hashed in zip(rows, req.prefix_hashes(), strict=True):
+                _fill(row.numpy(), bases, _seed(hashed, adapter))
+            out.append(rows)
+        return out
+
+    def _record(self, size: int) -> None:
+        batches = self.batches
+        batches.append(size)
+        if len(batches) > self.recorded_batches:
+            del batches[: len(batches) - self.recorded_batches]
 
     def base_rows(self) -> np.ndarray:
         """The normalised rows every row is a permutation of, for the current temperature.
@@ -156,16 +177,16 @@ class MockAsyncLM(BatchedAsyncLM):
         )
 
 
-def _seed(req: Request, adapter: bytes | None) -> int:
-    """A 64-bit seed from the prompt (and the adapter's bytes).
+def _seed(hashed: int, adapter: bytes | None) -> int:
+    """A 64-bit seed from the prompt's hash (and the adapter's bytes).
 
-    The prompt's part is the hash of its key (`token_ids_key`: a tuple's, or a long
-    prompt's own): the same in every process (ints are not salted), kept by a long
-    prompt's key, so a 250k-token context (a 1 MB text) costs the mock nothing again,
-    not the 5 ms of packing and digesting its bytes. The same ids give the same row
-    whether they come as a key or as a plain tuple.
+    The prompt's hash is its key's (`token_ids_key`: a tuple's, or a long prompt's
+    own): the same in every process (ints are not salted) and kept by a long prompt's
+    key, so a 250k-token context (a 1 MB text) costs the mock nothing again, not the 5
+    ms of packing and digesting its bytes. The same ids give the same row whether they
+    come as a key or as a plain tuple, by a next-token or a prefix request.
     """
-    seed = hash(token_ids_key(req.token_ids)) & 0xFFFF_FFFF_FFFF_FFFF
+    seed = hashed & 0xFFFF_FFFF_FFFF_FFFF
     if adapter is None:
         return seed
     digest = hashlib.blake2b(seed.to_bytes(8, "little"), digest_size=8)

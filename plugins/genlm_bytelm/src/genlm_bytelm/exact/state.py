@@ -306,7 +306,11 @@ async def _entries(
     if prefix is not None and len(chain) > 1:
         sequence = chain[-1].context
         start = chain[0].n_tokens - 1  # row i of a call from lo is chain[lo + i - start]
-        step = _rows_per_call(width, len(sequence))
+        # A model that computes a sequence's prefixes in one call, asked with cache=False,
+        # makes no key (copy of the ids) per row: only the rows' bytes bound the call, so
+        # each call's own passes over the ids are paid for fewer calls (1 MB: 567 -> 326 s).
+        one_call = kw and getattr(llm, "computes_prefixes_in_one_forward", False)
+        step = _rows_per_call(width, 1 if one_call else len(sequence))
         for lo in range(start, len(sequence), step):
             hi = min(len(sequence), lo + step)
             rows = await prefix(sequence[:hi], start=lo, **kw)
