@@ -46,9 +46,10 @@ MAX_LINES = 500
 # prefix keys hashed in one vectorised pass (lm/_requests.prefix_hashes; a 200 KB text's
 # exact log-likelihood 38.9 -> 27.7 s on the mock, the per-row tuple hash gone); +77
 # for prefix rows looked up by keys that copy no ids and, with cache=False, computed
-# without a key per row (lookup_keys, _IdsPrefix; MockAsyncLM's own compute_prefix_batch;
-# 1 MB over Llama-3 567 -> 326 s with the byte LM's call budget); +3 for a prefix call's
-# rows stacked into recycled memory (StackPool) in the worker.
+# without a key per row (lookup_keys, _IdsPrefix, the lazy _Prefixes; with the mock's
+# own compute_prefix_batch and the byte LM's call budget, 1 MB over Llama-3 567 -> 326
+# s); +3 for a prefix call's rows stacked into recycled memory (StackPool) in the worker
+# (1 MB: 326 -> 193 s).
 MAX_CORE_LINES = 8_818
 #: issue 41: +21 for the batcher variant that hands batch calls uncopied rows (one copy
 #: a row instead of two); +60 for a lone caller's round trip in fewer calls (take_lone,
