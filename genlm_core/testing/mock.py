@@ -74,9 +74,10 @@ class MockAsyncLM(BatchedAsyncLM):
     that their seeds collide.
 
     Attributes:
-        batches: The size of each computed batch, oldest first, for tests and demos:
-            the last [`recorded_batches`][] only, so a long-running program using the
-            mock keeps a bounded list.
+        batches: The rows of each computed batch (one per request; one per prefix of
+            a prefix call's sequences), oldest first, for tests and demos: the last
+            [`recorded_batches`][] only, so a long-running program using the mock keeps
+            a bounded list.
     """
 
     #: Most batch sizes [`batches`][] keeps (the oldest are dropped).
