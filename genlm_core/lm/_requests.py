@@ -82,9 +82,9 @@ def prefix_hashes(array: np.ndarray, first: int) -> list[int]:
     return signed.tolist()
 
 
-def _long_key(ids: tuple[int, ...], hashed: int) -> LongTokenIds:
-    """``ids`` (long) as a [`LongTokenIds`][] whose hash is known."""
-    key = LongTokenIds(ids)
+def _long_key(ids: tuple[int, ...], n: int, hashed: int) -> LongTokenIds:
+    """``ids[:n]`` (long) as a [`LongTokenIds`][] whose hash is known."""
+    key = LongTokenIds(ids[:n])
     key.__dict__["_hash"] = hashed
     _untrack(key)
     return key
@@ -123,7 +123,8 @@ class PrefixRequest:
     _prefixes: list[Request] | None = dataclasses.field(
         default=None, init=False, compare=False, hash=False, repr=False
     )
-    _hashes: list[int] | None = dataclasses.field(
+    #: The long prefixes' hashes: (length of the first, their hashes), made once.
+    _long: tuple[int, list[int]] | None = dataclasses.field(
         default=None, init=False, compare=False, hash=False, repr=False
     )
 
@@ -134,54 +135,50 @@ class PrefixRequest:
         [`lookup_keys`][] costs nothing per row.
         """
         if self._prefixes is None:
-            ids, lora, gen, start = self.token_ids, self.lora_name, self.generation, self.start
-            out = [
-                Request(ids[:k], lora, gen)
-                for k in range(start + 1, min(len(ids), LONG_PROMPT - 1) + 1)
-            ]
-            long = range(start + 1 + len(out), len(ids) + 1)
-            hashes = self.prefix_hashes()[len(out) :]
-            out += [
-                Request(_long_key(ids[:k], h), lora, gen) for k, h in zip(long, hashes, strict=True)
-            ]
-            object.__setattr__(self, "_prefixes", out)
+            object.__setattr__(self, "_prefixes", self._keys(_long_key))
         return self._prefixes  # type: ignore[return-value]
-
-    def prefix_hashes(self) -> list[int]:
-        """The hash of each prefix's ids as its key holds them, in order (made once).
-
-        Long ones come from one vectorised pass over the ids (see [`prefix_hashes`][]),
-        not one pass each: a 1 MB text asks for about 300k prefixes of 125k ids.
-        """
-        if self._hashes is None:
-            ids, first = self.token_ids, self.start + 1
-            short = [hash(ids[:k]) for k in range(first, min(len(ids), LONG_PROMPT - 1) + 1)]
-            if len(ids) >= LONG_PROMPT:
-                array = np.fromiter(ids, dtype=np.int64, count=len(ids))
-                short += prefix_hashes(array, max(first, LONG_PROMPT))
-            object.__setattr__(self, "_hashes", short)
-        return self._hashes  # type: ignore[return-value]
 
     def lookup_keys(self) -> list[Request]:
         """Keys equal to [`prefixes`][], for looking rows up: long ones copy nothing."""
-        if self._prefixes is not None:
-            return self._prefixes
-        ids, lora, gen, start = self.token_ids, self.lora_name, self.generation, self.start
-        hashes = self.prefix_hashes()
-        return [
-            Request(ids[:k] if k < LONG_PROMPT else _IdsPrefix(ids, k, h), lora, gen)
-            for k, h in zip(range(start + 1, len(ids) + 1), hashes, strict=True)
-        ]
+        return self._prefixes if self._prefixes is not None else self._keys(_IdsPrefix)
+
+    def prefix_hashes(self) -> list[int]:
+        """The hash of each prefix's ids as its key holds them, in order."""
+        ids, (first, hashes) = self.token_ids, self._long_hashes()
+        short = range(self.start + 1, min(first, len(ids) + 1))
+        return [hash(ids[:k]) for k in short] + hashes[max(0, self.start + 1 - first) :]
 
     def without_first(self, skip: int) -> PrefixRequest:
         """This request without its first ``skip`` rows (already known)."""
         if not skip:
             return self
         rest = dataclasses.replace(self, start=self.start + skip)
-        for name in ("_prefixes", "_hashes"):
-            if (known := getattr(self, name)) is not None:
-                object.__setattr__(rest, name, known[skip:])
+        object.__setattr__(rest, "_long", self._long)  # by length: the same for both
+        if self._prefixes is not None:
+            object.__setattr__(rest, "_prefixes", self._prefixes[skip:])
         return rest
+
+    def _keys(self, long_key: Any) -> list[Request]:
+        """One key a prefix: short ones plain tuples, long ones ``long_key(ids, n, hash)``."""
+        ids, lora, gen = self.token_ids, self.lora_name, self.generation
+        first, hashes = self._long_hashes()
+        lo = max(self.start + 1, first)  # the shortest long prefix asked for
+        short = [Request(ids[:k], lora, gen) for k in range(self.start + 1, min(lo, len(ids) + 1))]
+        long = zip(range(lo, len(ids) + 1), hashes[lo - first :], strict=True)
+        return short + [Request(long_key(ids, k, h), lora, gen) for k, h in long]
+
+    def _long_hashes(self) -> tuple[int, list[int]]:
+        """The long prefixes' hashes, from one vectorised pass over the ids (made once).
+
+        Not one pass each: a 1 MB text asks for about 300k prefixes of 125k ids.
+        """
+        if self._long is None:
+            ids, first = self.token_ids, max(self.start + 1, LONG_PROMPT)
+            hashes = []
+            if first <= len(ids):
+                hashes = prefix_hashes(np.fromiter(ids, dtype=np.int64, count=len(ids)), first)
+            object.__setattr__(self, "_long", (first, hashes))
+        return self._long  # type: ignore[return-value]
 
 
 class _IdsPrefix:
