@@ -177,7 +177,10 @@ def test_mask_equals_one_token_answers(toks, model):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_bpe_pair_tests_equal_the_tokenizers_bpe(toks, model):
-    """Pairs whose merges may cross (half of them invalid) against merges-only BPE."""
+    """Pairs whose merges may cross (half of them invalid) against merges-only BPE.
+
+    Both forms: the vector ``invalid_after(a)`` and the one-pair ``pair_invalid(a, c)``.
+    """
     pairs = toks(model).filter.pairs
     rng = np.random.default_rng(7)
     derivable = np.flatnonzero(pairs.derivable)
@@ -187,9 +190,11 @@ def test_bpe_pair_tests_equal_the_tokenizers_bpe(toks, model):
         yes = np.flatnonzero(bad & pairs.derivable)
         no = np.flatnonzero(~bad)
         cs = [*rng.choice(yes, min(40, len(yes)), replace=False), *rng.choice(no, 40)]
+        pairs._cache.clear()  # pair_invalid answers from its spines, not the vector
         for c in map(int, cs):
             truth = pairs.merges_only([a, c])
             assert truth == (not bad[c]), (pairs.strings[a], pairs.strings[c])
+            assert pairs.pair_invalid(a, c) == bool(bad[c]), (pairs.strings[a], pairs.strings[c])
             checked += 1
             invalid += not truth
     assert invalid > checked // 4

@@ -183,7 +183,7 @@ def test_mask_equals_one_token_answers(toks, name):
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_pair_tests_equal_the_tokenizers_bpe(toks, name):
-    """``invalid_after`` over characters: the tokenizer's BPE of the two pieces' text."""
+    """``invalid_after`` and ``pair_invalid`` over characters: the tokenizer's BPE of the text."""
     tok = toks(name)
     pairs, model = tok.filter.pairs, tok.filter.spec.backend.model
     pieces = [i for i in range(len(tok.byte_vocab)) if tok.filter.piece_ok[i]]
@@ -192,10 +192,12 @@ def test_pair_tests_equal_the_tokenizers_bpe(toks, name):
         row = pairs.invalid_after(a)
         valid = np.flatnonzero(~row & tok.filter.piece_ok)
         picks = rng.sample(pieces, 150) + [int(c) for c in valid[:50]]
+        pairs._cache.clear()  # pair_invalid answers from its spines, not the vector
         for c in picks:
             text = pairs.strings[a] + pairs.strings[c]
             want = [t.id for t in model.tokenize(text)] == [a, c]
             assert (not row[c]) == want, (pairs.strings[a], pairs.strings[c])
+            assert pairs.pair_invalid(a, c) == (not want), (pairs.strings[a], pairs.strings[c])
 
 
 def test_other_families_still_raise(asset_tokenizer_dir):

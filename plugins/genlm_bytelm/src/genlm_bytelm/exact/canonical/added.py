@@ -95,7 +95,7 @@ class AddedTokensFilter:
     def _consistent_alone(self) -> np.ndarray:
         """Per token, from a settled text: plain tokens cut nowhere, added tokens cut whole."""
         out = ~self.is_added
-        firsts = set().union(*(p.first_bytes for p in self.split.passes))
+        firsts = self.split.first_bytes
         for i, b in enumerate(self.byte_vocab):
             if self.is_added[i] or not firsts.isdisjoint(b):
                 out[i] = self._cuts_right(b"", (), i)
@@ -217,6 +217,8 @@ class AddedTokensFilter:
         run = getattr(self.inner, "settled_run", None)
         state, out, pos = self._state(pending), [], start
         while pos < stop and not state.tail:
+            if run is None and text[pos] not in self.split.first_bytes:
+                break  # without the inner run only a cut right here is taken: none starts here
             chunk = text[pos:stop]
             regions = self.split.regions(chunk)
             settled = self.split.settled_start(chunk, regions)

@@ -71,6 +71,8 @@ class AddedSplit:
     def __init__(self, first: list[Content], second: list[Content]) -> None:
         self.passes = [_Pass(first)] + ([_Pass(second)] if second else [])
         contents = [*first, *second]
+        #: The bytes a content starts with: a match can start nowhere else.
+        self.first_bytes = frozenset(c.data[0] for c in contents)
         self.longest = max((len(c.data) for c in contents), default=0)
         #: Proper prefixes of the contents -> the contents they start (for open matches).
         self.starting: dict[bytes, list[Content]] = {}

@@ -295,7 +295,7 @@ class CanonicalFilter:
             if structure[1]:
                 if not self.pairs.derivable[token]:
                     continue
-            elif self.pairs.invalid_after(tail[-1])[token]:
+            elif self.pairs.pair_invalid(tail[-1], token):
                 continue
             return self._has_next(self.extend(pending, token), depth + 1)
         return False
@@ -385,7 +385,7 @@ class CanonicalFilter:
         need = missing_bytes(pending.partial)
         if len(t[LEAD]) < need and not t[TEXT] and not t[TRAIL]:
             # still inside the character: canonical if some token can then complete it
-            if self.pairs.invalid_after(pending.ids[-1])[token]:
+            if self.pairs.pair_invalid(pending.ids[-1], token):
                 return False
             longer = self.extend(pending, token)
             return any(self._after_partial(longer, d, self.texts[d]) for d in self.lead_ids)

@@ -177,7 +177,7 @@ class SentencePieceFilter:
         if state.run or not self.piece_ok[token]:
             return False
         if state.last >= 0 and self.byte_of[state.last] < 0:
-            return not self.pairs.invalid_after(state.last)[token]
+            return not self.pairs.pair_invalid(state.last, token)
         return True
 
     def complete(self, pending: Any) -> bool:

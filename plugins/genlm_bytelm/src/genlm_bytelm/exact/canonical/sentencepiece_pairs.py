@@ -47,6 +47,7 @@ class CharPairs(BPEPairs):
         self._index()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
+        self._spines = {}
         self.underivable_bytes = {}
         self._full = self._merges_only = spec.backend.model
 
