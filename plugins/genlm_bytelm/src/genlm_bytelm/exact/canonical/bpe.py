@@ -16,7 +16,7 @@ __all__ = ["BPEPairs", "merge_ranks"]
 
 _INF = 2**31  # above every merge rank; keys y * 2**32 + rank stay in int64
 #: Spines kept (per token and edge) before the cache is emptied.
-SPINES_KEPT = 1 << 16
+SPINES_KEPT = 8192  # ~1 KB each at most: a few MB
 
 
 class BPEPairs:
