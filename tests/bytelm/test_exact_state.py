@@ -118,3 +118,18 @@ async def test_cleanup_keeps_the_shared_trie(llm, eos):
     again = await ExactByteState.initial(llm, eos_byte_strings=eos)
     assert again.shared.trie is state.shared.trie  # built once per model and options
     assert (await (await again.prefill(b"ok")).logp_next()).ps.shape == (258,)
+
+
+def test_spellings_longer_are_the_tokens_that_extend_a_prefix():
+    """Two bisections give the tokens that start with a prefix and are longer, edges included."""
+    from genlm_bytelm.exact.plan import Spellings
+
+    vocab = [b"a", b"ab", b"ab", b"abc", b"ac", b"b", b"a\xff", b"a\xff\x00", b"\xff", b"\xff\xff"]
+    vocab += [b"", b"\xff\xff\x01", b"b\x00", b"aa"]
+    spell = Spellings(vocab, lambda i: i != 4)  # "ac" left out
+    for prefix in [b"a", b"ab", b"abc", b"a\xff", b"\xff", b"\xff\xff", b"b", b"z", b"\x00"]:
+        lo, hi = spell.longer(prefix)
+        longer = [i for i, b in enumerate(vocab) if len(b) > len(prefix) and b.startswith(prefix)]
+        want = sorted(i for i in longer if i != 4)
+        assert sorted(spell.ids[lo:hi]) == want, prefix
+        assert sorted(spell.id_array[lo:hi].tolist()) == want, prefix

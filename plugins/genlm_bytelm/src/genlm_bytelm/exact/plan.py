@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+import numpy as np
+
 __all__ = ["Spellings", "can_go_on", "goes_on_longer", "reading"]
 
 
@@ -24,6 +26,7 @@ class Spellings:
         pairs = [pair for key in sorted(buckets) for pair in sorted(buckets[key])]
         self.keys = [b for b, _ in pairs]
         self.ids = [i for _, i in pairs]
+        self.id_array = np.asarray(self.ids, dtype=np.int64)
         self.longest = max((len(b) for b in self.keys), default=1)
 
     def exact(self, data: bytes) -> list[int]:
@@ -35,14 +38,17 @@ class Spellings:
         lo = bisect.bisect_left(self.keys, prefix)
         return lo < len(self.keys) and self.keys[lo].startswith(prefix)
 
-    def longer(self, prefix: bytes) -> list[int]:
-        """Ids of the tokens that start with ``prefix`` and are longer."""
+    def longer(self, prefix: bytes) -> tuple[int, int]:
+        """Where the tokens that start with ``prefix`` and are longer lie: ``ids[lo:hi]``.
+
+        Two bisections (no walk over them: a prefix such as ``b" "`` starts ~20k tokens).
+        """
         lo = bisect.bisect_right(self.keys, prefix)
-        out = []
-        while lo < len(self.keys) and self.keys[lo].startswith(prefix):
-            out.append(self.ids[lo])
-            lo += 1
-        return out
+        above = prefix.rstrip(b"\xff")  # the first byte string after every prefix + more
+        if not above:
+            return lo, len(self.keys)
+        above = above[:-1] + bytes([above[-1] + 1])
+        return lo, bisect.bisect_left(self.keys, above, lo)
 
 
 def can_go_on(canon: Any, pending: Any, rest: bytes, spell: Spellings, checks=32) -> bool:
@@ -58,10 +64,10 @@ def can_go_on(canon: Any, pending: Any, rest: bytes, spell: Spellings, checks=32
 
 def goes_on_longer(canon: Any, pending: Any, spelled: bytes, spell: Spellings, checks=32) -> bool:
     """Whether a canonical next token after ``pending`` spells ``spelled`` and more."""
-    longer = spell.longer(spelled)
-    if len(longer) > checks:  # one mask beats many checks, once its tables are built
-        return bool(canon.mask(pending)[longer].any())
-    return any(canon.valid_next(pending, t) for t in longer)
+    lo, hi = spell.longer(spelled)
+    if hi - lo > checks:  # one mask beats many checks, once its tables are built
+        return bool(canon.mask(pending)[spell.id_array[lo:hi]].any())
+    return any(canon.valid_next(pending, t) for t in spell.ids[lo:hi])
 
 
 def reading(origins: list[tuple[Any, bytes]], text: bytes, spell: Spellings) -> list[Any]:
