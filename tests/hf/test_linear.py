@@ -14,6 +14,7 @@ from genlm_hf._linear import (  # noqa: E402
     ROW_BUCKETS,
     onednn_linear,
     onednn_linears,
+    onednn_pays,
     onednn_unavailable_reason,
     resolve_linear_kernel,
 )
@@ -78,6 +79,25 @@ def test_onednn_sees_only_bucketed_row_counts(monkeypatch):
 
 
 @needs_onednn
+def test_two_to_seven_rows_go_to_onednn_only_through_large_layers(monkeypatch):
+    """MKL computes 2-7 rows slowly through big layers (SmolLM2's head: 16-34 ms vs 6.8)."""
+    seen = calls_onednn(monkeypatch)
+    gen = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(576, 20_000)
+    narrow = torch.nn.Linear(64, 50_000)  # the tiny GPT-2's head: MKL is faster there
+    with torch.no_grad():
+        for rows in (1, 2, 3, 7):
+            x = torch.randn(rows, 576, generator=gen)
+            got = onednn_linear(x, head.weight, head.bias)
+            torch.testing.assert_close(got, F.linear(x, head.weight, head.bias))
+        onednn_linear(torch.randn(3, 64), narrow.weight, narrow.bias)
+    assert seen == [(8, 576)] * 3  # 2, 3 and 7 rows, padded; not 1 row, not the narrow layer
+    assert onednn_pays(2, 576, 49_152) and onednn_pays(8, 576, 576)
+    assert not onednn_pays(1, 576, 49_152) and not onednn_pays(2, 576, 576)
+    assert not onednn_pays(7, 64, 50_257)
+
+
+@needs_onednn
 def test_strided_input_is_handled(monkeypatch):
     seen = calls_onednn(monkeypatch)
     layer = torch.nn.Linear(96, 20_000)
@@ -94,7 +114,7 @@ def test_small_products_and_autograd_stay_on_torch(monkeypatch):
     small = torch.nn.Linear(64, 192)
     x = torch.randn(10, 64)
     assert 10 * 64 * 192 < MIN_MULTIPLY_ADDS
-    few = torch.randn(ROW_BUCKETS[0] - 1, 4096)  # too few rows, however big the layer
+    few = torch.randn(1, 4096)  # one row (a matrix-vector product), however big the layer
     wide = torch.nn.Linear(4096, 4096)
     with torch.no_grad():
         assert torch.equal(onednn_linear(x, small.weight, small.bias), small(x))

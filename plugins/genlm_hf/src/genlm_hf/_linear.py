@@ -36,6 +36,8 @@ __all__ = [
     "ROW_BUCKETS",
     "onednn_linear",
     "onednn_linears",
+    "onednn_pays",
+    "onednn_product",
     "onednn_unavailable_reason",
     "resolve_linear_kernel",
 ]
@@ -47,6 +49,16 @@ LINEAR_KERNELS = ("auto", "onednn", "torch")
 #: on the machine above: 576 -> 576 breaks even at 3 rows).
 MIN_MULTIPLY_ADDS = 1 << 20
 
+#: Two to seven rows go to oneDNN (padded to 8) only through layers at least this wide.
+#: Through those MKL computes a few rows slowly (2 or 3 rows cost about 2 or 3 single
+#: rows; profiled, much of it in MKL's copy routine ``sgemm_scopy``): a SmolLM2 forward of 2 to 6 rows over
+#: one cached past took 93-126 ms with them on MKL, 78-93 ms padded to 8 on oneDNN
+#: (one row: 62-65 ms either way). Its output projection alone, microseconds for MKL
+#: against oneDNN's 8 padded rows: 22,158 / 33,734 / 16,318 at 2, 3 and 4 rows against
+#: 6,854 / 6,776 / 6,726. Through narrow layers MKL stays faster: the tiny GPT-2's
+#: 64 -> 50,257 at 2 rows took 508 us against 1,267.
+FEW_ROWS_MIN_IN_FEATURES = 256
+
 
 #: The row counts oneDNN is called with. Why: torch keeps an LRU cache of oneDNN
 #: primitives (ideep's, 1,024 entries unless ``LRU_CACHE_CAPACITY`` was set before
@@ -54,7 +66,9 @@ MIN_MULTIPLY_ADDS = 1 << 20
 #: ~0.7 MiB per entry (300 distinct row counts through SmolLM2's layer shapes added
 #: ~550 MiB; its SIS benchmark +45 MiB, still growing). With these buckets a model adds at most
 #: ``len(ROW_BUCKETS)`` entries per weight shape. Padding costs at most 2x on a
-#: call of 9 rows; fewer than 8 rows go to torch.
+#: call of 9 rows. Two to seven rows are padded to 8 in wide layers (see
+#: [`FEW_ROWS_MIN_IN_FEATURES`][]); one row stays on torch, whose matrix-vector
+#: product is as fast (SmolLM2's 576 -> 1,536: 71 us against oneDNN's 132 padded).
 ROW_BUCKETS = (8, 16, 32, 64)
 
 
@@ -117,21 +131,39 @@ def resolve_linear_kernel(choice: str, device: torch.device, dtype: torch.dtype)
     return "torch"
 
 
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` through oneDNN when it pays, else through torch.
+def onednn_pays(rows: int, width: int, out_features: int) -> bool:
+    """Whether ``rows`` float32 rows through a ``width -> out_features`` layer go to oneDNN.
 
-    oneDNN sees only the row counts of [`ROW_BUCKETS`][]: fewer rows are padded up
-    to the next bucket, more are computed in tiles of the largest (see there why).
+    Where it is faster here: see [`MIN_MULTIPLY_ADDS`][] and [`FEW_ROWS_MIN_IN_FEATURES`][].
     """
+    if rows * width * out_features < MIN_MULTIPLY_ADDS or rows < 2:
+        return False
+    return rows >= ROW_BUCKETS[0] or width >= FEW_ROWS_MIN_IN_FEATURES
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` through oneDNN when it pays, else through torch."""
     width = x.shape[-1]
     rows = x.numel() // width if width else 0
     if (
         torch.is_grad_enabled()
         or x.dtype != torch.float32
-        or rows < ROW_BUCKETS[0]
-        or rows * width * weight.shape[0] < MIN_MULTIPLY_ADDS
+        or not onednn_pays(rows, width, weight.shape[0])
     ):
         return F.linear(x, weight, bias)
+    return onednn_product(x, weight, bias)
+
+
+def onednn_product(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` of float32 ``x`` by oneDNN, whatever it costs.
+
+    oneDNN sees only the row counts of [`ROW_BUCKETS`][]: fewer rows are padded up to
+    the next bucket, more are computed in tiles of the largest (see there why).
+    """
+    width = x.shape[-1]
+    rows = x.numel() // width if width else 0
     flat = x.reshape(rows, width)
     tile = ROW_BUCKETS[-1]
     if rows <= tile:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from genlm_core.runtime import RowPool
-from genlm_hf._linear import ROW_BUCKETS, onednn_linear, onednn_linears
+from genlm_hf._linear import ROW_BUCKETS, onednn_linears, onednn_pays, onednn_product
 from genlm_hf._workspace import Workspace
 
 __all__ = ["MIN_SPLIT_ROWS", "linears", "log_softmax_rows", "logits_into"]
@@ -77,7 +77,7 @@ def _linear_columns(
     block = out[:, start:stop]
     part_bias = None if bias is None else bias[start:stop]
     if onednn:
-        block.copy_(onednn_linear(hidden, weight[start:stop], part_bias))
+        block.copy_(onednn_product(hidden, weight[start:stop], part_bias))
         return
     torch.mm(hidden, weight[start:stop].t(), out=block)
     if part_bias is not None:
@@ -101,6 +101,8 @@ def _project_into(
     rows = hidden.reshape(-1, hidden.shape[-1])
     flat = out.view(-1, out.shape[-1])
     vocab = weight.shape[0]
+    # Decided for the whole head, not per block (a block of 2 rows would not pay alone).
+    onednn = onednn and rows.dtype == torch.float32 and onednn_pays(*rows.shape, vocab)
     if onednn:  # one block width, so that oneDNN sees few shapes (see ROW_BUCKETS)
         width = PROJECTION_BLOCK_BYTES // (out.element_size() * ROW_BUCKETS[-1])
     else:
