@@ -51,12 +51,12 @@ MIN_MULTIPLY_ADDS = 1 << 20
 
 #: Two to seven rows go to oneDNN (padded to 8) only through layers at least this wide.
 #: Through those MKL computes a few rows slowly (2 or 3 rows cost about 2 or 3 single
-#: rows; profiled, much of it in MKL's copy routine ``sgemm_scopy``): a SmolLM2 forward of 2 to 6 rows over
-#: one cached past took 93-126 ms with them on MKL, 78-93 ms padded to 8 on oneDNN
-#: (one row: 62-65 ms either way). Its output projection alone, microseconds for MKL
-#: against oneDNN's 8 padded rows: 22,158 / 33,734 / 16,318 at 2, 3 and 4 rows against
-#: 6,854 / 6,776 / 6,726. Through narrow layers MKL stays faster: the tiny GPT-2's
-#: 64 -> 50,257 at 2 rows took 508 us against 1,267.
+#: rows; profiled, much of it in MKL's copy routine ``sgemm_scopy``): a SmolLM2
+#: forward of 2 to 6 rows over one cached past took 93-126 ms with them on MKL, 78-93
+#: ms padded to 8 on oneDNN (one row: 62-65 ms either way). Its output projection
+#: alone, microseconds for MKL against oneDNN's 8 padded rows: 22,158 / 33,734 /
+#: 16,318 at 2, 3 and 4 rows against 6,854 / 6,776 / 6,726. Through narrow layers MKL
+#: stays faster: the tiny GPT-2's 64 -> 50,257 at 2 rows took 508 us against 1,267.
 FEW_ROWS_MIN_IN_FEATURES = 256
 
 
