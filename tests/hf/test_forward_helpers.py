@@ -16,7 +16,9 @@ from genlm_hf._logits import log_softmax_rows, logits_into  # noqa: E402
 from genlm_hf._threads import (  # noqa: E402
     SMALL_MODEL_PARAMETERS,
     auto_worker_threads,
+    leave_cores_to_worker,
     set_thread_torch_threads,
+    usable_cpus,
 )
 from genlm_hf._workspace import Workspace  # noqa: E402
 
@@ -39,6 +41,63 @@ def test_set_thread_torch_threads_changes_only_the_calling_thread():
     assert in_thread(worker) == 1
     assert torch.get_num_threads() == before  # this thread
     assert in_thread(torch.get_num_threads) == before  # threads started afterwards
+
+
+def os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(
+    not os.path.isdir("/proc/self/task") or usable_cpus() < 2 or torch.get_num_threads() < 2,
+    reason="needs Linux and at least 2 CPUs with multi-threaded torch (an OpenMP pool to end)",
+)
+def test_leave_cores_to_worker_ends_the_calling_threads_openmp_pool():
+    """The pool's threads are OS threads: they go, and no later torch work brings them back."""
+    big = torch.randn(4_000_000)
+
+    def caller():
+        before = os_threads()
+        big.exp()  # a parallel operation: this thread's OpenMP pool starts
+        with_pool = os_threads()
+        ended = leave_cores_to_worker()
+        after = os_threads()
+        a = torch.randn(512, 512)
+        (a @ a).exp_()  # MKL, then OpenMP: neither may start a pool again
+        big.exp()
+        return before, with_pool, ended, after, os_threads(), torch.get_num_threads()
+
+    default = torch.get_num_threads()
+    before, with_pool, ended, after, later, threads = in_thread(caller)
+    assert with_pool > before
+    assert ended is True
+    assert after == before and later == before
+    assert threads == 1
+    assert torch.get_num_threads() == default  # this thread
+    assert in_thread(torch.get_num_threads) == default  # threads started afterwards
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "1"])
+def test_caller_threads_validated(hf_models, bad):
+    with pytest.raises(ValueError, match="caller_threads must be an integer >= 1"):
+        hf_models("tiny-gpt2").lm(caller_threads=bad)
+
+
+@pytest.mark.skipif(usable_cpus() < 2, reason="needs at least 2 CPUs (a multi-threaded worker)")
+def test_a_multi_threaded_worker_leaves_the_cores_to_it(hf_models):
+    """The thread that builds the model gets one torch thread, unless told otherwise."""
+    loaded = hf_models("tiny-gpt2")
+
+    def build(**opts):
+        lm = loaded.lm(**opts)
+        threads = torch.get_num_threads()
+        lm.cleanup()
+        return threads
+
+    default = torch.get_num_threads()
+    assert in_thread(lambda: build(worker_threads=2)) == 1
+    assert in_thread(lambda: build()) == default  # a single-threaded worker: left as it is
+    assert in_thread(lambda: build(worker_threads=2, caller_threads=2)) == 2
+    assert torch.get_num_threads() == default
 
 
 def test_auto_worker_threads_single_threads_only_small_cpu_models():

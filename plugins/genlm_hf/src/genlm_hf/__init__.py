@@ -22,9 +22,11 @@ __all__ = [
     "ModelLoadError",
     "PrefixKVCache",
     "__version__",
+    "leave_cores_to_worker",
 ]
 
 if TYPE_CHECKING:  # what static tools (type checkers, the docs' API pages) see
+    from genlm_hf._threads import leave_cores_to_worker
     from genlm_hf.errors import MissingDependencyError, ModelLoadError
     from genlm_hf.kvcache import KVCacheStats, PrefixKVCache
     from genlm_hf.lm import AsyncTransformer

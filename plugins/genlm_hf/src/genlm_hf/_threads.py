@@ -1,4 +1,4 @@
-"""How many torch threads the backend's worker thread uses, without touching any other thread.
+"""How many torch threads the worker thread and the caller's thread use, each on its own.
 
 Why it matters. Forwards run in the batcher's worker thread while the caller's event
 loop thread runs its own torch code (a sampler masking and normalising each
@@ -14,15 +14,33 @@ forward dominates and keeps every thread.
 also the default that threads which have not used torch yet will pick up.
 [`set_thread_torch_threads`][] puts that default back from a short-lived helper
 thread, so only the calling thread changes.
+
+The other way round matters as much. A forward of SmolLM2-135M in a multi-threaded
+worker took 62-68 ms for 4 and 8 rows while no other thread had run parallel torch
+work, and 76-98 ms once the main thread had (loading the model is enough): libgomp
+counts the idle threads of every thread's pool, and with more than the cores it
+stops the worker's threads from spinning between the forward's parallel
+operations. Setting the main thread to one torch thread afterwards does not help (its
+pool's threads stay); ending that pool does ([`leave_cores_to_worker`][]).
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
 import threading
 
 import torch
 
-__all__ = ["SMALL_MODEL_PARAMETERS", "auto_worker_threads", "set_thread_torch_threads"]
+__all__ = [
+    "SMALL_MODEL_PARAMETERS",
+    "auto_worker_threads",
+    "leave_cores_to_worker",
+    "set_caller_threads",
+    "set_thread_torch_threads",
+    "usable_cpus",
+]
 
 #: Models with fewer parameters run their worker thread single-threaded on a CPU
 #: (``worker_threads=None``): their operations are too small to gain from threads.
@@ -48,3 +66,63 @@ def set_thread_torch_threads(n: int) -> None:
     )
     restore.start()
     restore.join()
+
+
+def leave_cores_to_worker() -> bool:
+    """Give the calling thread one torch thread and end its pool of idle OpenMP threads.
+
+    For the thread whose event loop calls a model with a multi-threaded worker on a
+    CPU (see the module's docstring): that thread's own torch work (masking and
+    normalising rows) then runs single-threaded, and the worker's forwards no
+    longer pay a thread wake-up per parallel operation (MKL's products in that
+    thread start no pool again either: measured). Other threads keep their
+    setting; threads started later get torch's default.
+
+    Returns:
+        Whether the pool could be ended: True with GNU OpenMP (libgomp, which
+        torch's Linux wheels bundle); False elsewhere, where only the thread
+        counts change.
+    """
+    set_thread_torch_threads(1)
+    torch_cpu = _libtorch_cpu()
+    if torch_cpu is None:
+        return False
+    # Looked up through torch's own library, so this is the OpenMP runtime torch uses
+    # (a process often holds several: sentencepiece ships its own libgomp).
+    if not hasattr(torch_cpu, "omp_pause_resource_all"):  # not libgomp >= 9 (GCC 9)
+        return False
+    # OpenMP 5.0; libgomp ends the calling thread's pool only (gomp_pause_host).
+    return torch_cpu.omp_pause_resource_all(1) == 0  # 1: omp_pause_soft
+
+
+@functools.cache
+def _libtorch_cpu() -> ctypes.CDLL | None:
+    """The CPU library of torch, already loaded; symbols resolve through its dependencies."""
+    path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    try:
+        return ctypes.CDLL(path)  # already loaded: the same library, not a second copy
+    except OSError:  # not Linux, or a torch laid out otherwise
+        return None
+
+
+def set_caller_threads(caller: int | None, worker: int | None, device: torch.device) -> None:
+    """Apply `AsyncTransformer`'s ``caller_threads`` to the calling thread.
+
+    ``worker`` is the worker thread's setting (None: torch's default, which is
+    multi-threaded wherever there is more than one core to use).
+    """
+    if caller is None:
+        if device.type == "cpu" and worker != 1 and usable_cpus() > 1:
+            leave_cores_to_worker()
+    elif caller == 1:
+        leave_cores_to_worker()
+    else:
+        set_thread_torch_threads(caller)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1

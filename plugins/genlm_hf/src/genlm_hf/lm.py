@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib.util
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,7 +47,12 @@ from genlm_hf._forward import (
     run_group,
 )
 from genlm_hf._linear import resolve_linear_kernel
-from genlm_hf._threads import auto_worker_threads, set_thread_torch_threads
+from genlm_hf._threads import (
+    auto_worker_threads,
+    set_caller_threads,
+    set_thread_torch_threads,
+    usable_cpus,
+)
 from genlm_hf._workspace import Workspace
 from genlm_hf.errors import MissingDependencyError, ModelLoadError
 from genlm_hf.kvcache import PrefixKVCache
@@ -110,6 +114,14 @@ class AsyncTransformer(PrefixCachedLM):
             fewer than 20M parameters, whose operations are too small to gain from
             threads while a second multi-threaded torch thread slows the caller's own
             torch work (see `genlm_hf._threads`); torch's setting otherwise.
+        caller_threads: Torch threads of the thread that builds the model, normally the
+            one whose event loop calls it. None (default): where the worker runs
+            multi-threaded on a CPU, 1, and that thread's idle OpenMP threads are
+            ended ([`leave_cores_to_worker`][genlm_hf.leave_cores_to_worker]):
+            otherwise the worker's forwards run 20-40% slower (measured on
+            SmolLM2-135M, see `genlm_hf._threads`); left as it is elsewhere. An
+            integer: that many (``torch.get_num_threads()`` leaves it). A loop in
+            another thread can call ``leave_cores_to_worker()`` itself.
         row_device: Where the log-prob rows callers get live. ``"auto"`` (default):
             on the model's device (a GPU's rows stay there: no transfer to the host,
             measured faster on an H100, see ``docs/reports/gpu.md``); ``"cpu"``: always moved
@@ -141,15 +153,16 @@ class AsyncTransformer(PrefixCachedLM):
         kv_cache_bytes: int | None = None,
         max_batch_kv_bytes: int | None = None,
         worker_threads: int | None = None,
+        caller_threads: int | None = None,
         row_device: str = "auto",
         linear_kernel: str = "auto",
         **kwargs: Any,
     ) -> None:
-        if worker_threads is not None and not is_int_at_least(worker_threads, 1):
-            raise ValueError(
-                f"worker_threads must be an integer >= 1, or None for automatic, "
-                f"got {worker_threads!r}"
-            )
+        for name, value in (("worker_threads", worker_threads), ("caller_threads", caller_threads)):
+            if value is not None and not is_int_at_least(value, 1):
+                raise ValueError(
+                    f"{name} must be an integer >= 1, or None for automatic, got {value!r}"
+                )
         device = torch.device(getattr(hf_model, "device", "cpu"))
         dtype = getattr(hf_model, "dtype", torch.float32)  # transformers: its weights' dtype
         kv_cache_bytes, max_batch_kv_bytes, self._copy_bytes = default_budgets(
@@ -177,7 +190,7 @@ class AsyncTransformer(PrefixCachedLM):
         )
         # A single-threaded worker gets a second plain thread for a batch's two big ops.
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
-        if self.worker_threads == 1 and _usable_cpus() > 1:
+        if self.worker_threads == 1 and usable_cpus() > 1:
             self._helper = concurrent.futures.ThreadPoolExecutor(
                 1,
                 thread_name_prefix="genlm-hf-helper",
@@ -209,6 +222,8 @@ class AsyncTransformer(PrefixCachedLM):
             bytes_per_token=self.bytes_per_token,
             max_batch_kv_bytes=self.max_batch_kv_bytes,
         )
+        # Last: the probe's forward above ran parallel torch work in this thread.
+        set_caller_threads(caller_threads, self.worker_threads, device)
 
     # -- loading ----------------------------------------------------------------------
 
@@ -466,10 +481,3 @@ def _logits_width(model: Any) -> int:
     if weight is not None and weight.ndim == 2:
         return int(weight.shape[0])
     return int(model.config.get_text_config().vocab_size)
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
