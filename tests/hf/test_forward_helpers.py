@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 
@@ -98,6 +99,31 @@ def test_a_multi_threaded_worker_leaves_the_cores_to_it(hf_models):
     assert in_thread(lambda: build()) == default  # a single-threaded worker: left as it is
     assert in_thread(lambda: build(worker_threads=2, caller_threads=2)) == 2
     assert torch.get_num_threads() == default
+
+
+@pytest.mark.skipif(
+    not os.path.isdir("/proc/self/task") or usable_cpus() < 2,
+    reason="needs Linux and at least 2 CPUs (a multi-threaded worker's OpenMP pool)",
+)
+async def test_a_multi_threaded_worker_holds_its_threads_during_batches_only(hf_models):
+    """An idle worker's pool would slow every other thread's parallel work."""
+    lm = hf_models("tiny-gpt2").lm(worker_threads=2, caller_threads=torch.get_num_threads())
+    await lm.next_token_logprobs([1, 2])  # the worker thread starts
+    idle = os_threads()
+    during = []
+    forward_rows = lm.forward_rows
+
+    def spy(adapter, group):
+        rows = forward_rows(adapter, group)
+        during.append((os_threads(), torch.get_num_threads()))
+        return rows
+
+    lm.forward_rows = spy
+    rows = await asyncio.gather(*(lm.next_token_logprobs([1, 2, t]) for t in range(3, 40)))
+    assert during == [(idle + 1, 2)]  # its pool's thread, for one batch of 37 rows
+    assert os_threads() == idle  # ended after the batch
+    torch.testing.assert_close(rows[0], lm.next_token_logprobs_uncached([1, 2, 3]))
+    lm.cleanup()
 
 
 def test_auto_worker_threads_single_threads_only_small_cpu_models():

@@ -21,22 +21,30 @@ work, and 76-98 ms once the main thread had (loading the model is enough): libgo
 counts the idle threads of every thread's pool, and with more than the cores it
 stops the worker's threads from spinning between the forward's parallel
 operations. Setting the main thread to one torch thread afterwards does not help (its
-pool's threads stay); ending that pool does ([`leave_cores_to_worker`][]).
+pool's threads stay); ending that pool does ([`leave_cores_to_worker`][]). An idle
+pool of another model's worker thread does the same (forwards of 3 to 10 rows
+40-50% slower beside one other idle model), so a multi-threaded worker holds its
+threads during its batches only ([`BatchOnlyThreads`][]).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
 import threading
+from collections.abc import Iterator
 
 import torch
 
 __all__ = [
     "SMALL_MODEL_PARAMETERS",
+    "BatchOnlyThreads",
     "auto_worker_threads",
+    "end_openmp_pool",
     "leave_cores_to_worker",
+    "multi_threaded_cpu_worker",
     "set_caller_threads",
     "set_thread_torch_threads",
     "usable_cpus",
@@ -84,6 +92,15 @@ def leave_cores_to_worker() -> bool:
         counts change.
     """
     set_thread_torch_threads(1)
+    return end_openmp_pool()
+
+
+def end_openmp_pool() -> bool:
+    """End the calling thread's pool of idle OpenMP threads (its next parallel op starts one).
+
+    Ending and restarting a pool cost about 55 us on the 2-core CPU measured.
+    Returns whether the pool could be ended (libgomp only).
+    """
     torch_cpu = _libtorch_cpu()
     if torch_cpu is None:
         return False
@@ -93,6 +110,53 @@ def leave_cores_to_worker() -> bool:
         return False
     # OpenMP 5.0; libgomp ends the calling thread's pool only (gomp_pause_host).
     return torch_cpu.omp_pause_resource_all(1) == 0  # 1: omp_pause_soft
+
+
+def set_openmp_threads(n: int) -> bool:
+    """Set the calling thread's OpenMP thread count only (torch reads it per thread).
+
+    Unlike ``torch.set_num_threads``, no process-wide default changes, so no helper
+    thread is needed: a call costs microseconds. Returns whether it could be set.
+    """
+    torch_cpu = _libtorch_cpu()
+    if torch_cpu is None or not hasattr(torch_cpu, "omp_set_num_threads"):
+        return False
+    torch_cpu.omp_set_num_threads(n)
+    return True
+
+
+class BatchOnlyThreads:
+    """A worker thread that holds its OpenMP threads during its batches only.
+
+    Between batches the thread is single-threaded and its pool ended, so an idle
+    model's worker slows no other thread's parallel work (see the module's
+    docstring). The core's own work on a batch's rows, after the backend's, runs
+    single-threaded too: it is small.
+    """
+
+    def __init__(self) -> None:
+        self._worker: int | None = None
+        self._threads = 1
+
+    def adopt(self) -> None:
+        """Make the calling thread the worker, with its current torch threads for batches."""
+        self._threads = torch.get_num_threads()
+        if set_openmp_threads(1):
+            self._worker = threading.get_ident()
+            end_openmp_pool()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Around one batch: the worker's threads for it, ended after (other threads: as is)."""
+        if threading.get_ident() != self._worker:  # a sync caller's own thread
+            yield
+            return
+        set_openmp_threads(self._threads)
+        try:
+            yield
+        finally:
+            end_openmp_pool()
+            set_openmp_threads(1)
 
 
 @functools.cache
@@ -112,12 +176,17 @@ def set_caller_threads(caller: int | None, worker: int | None, device: torch.dev
     multi-threaded wherever there is more than one core to use).
     """
     if caller is None:
-        if device.type == "cpu" and worker != 1 and usable_cpus() > 1:
+        if multi_threaded_cpu_worker(worker, device):
             leave_cores_to_worker()
     elif caller == 1:
         leave_cores_to_worker()
     else:
         set_thread_torch_threads(caller)
+
+
+def multi_threaded_cpu_worker(worker: int | None, device: torch.device) -> bool:
+    """Whether a model on ``device`` with ``worker_threads=worker`` runs parallel CPU forwards."""
+    return device.type == "cpu" and worker != 1 and usable_cpus() > 1
 
 
 def usable_cpus() -> int:

@@ -26,8 +26,9 @@ requests are grouped per adapter version, and each version has its own prefix tr
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -48,7 +49,9 @@ from genlm_hf._forward import (
 )
 from genlm_hf._linear import resolve_linear_kernel
 from genlm_hf._threads import (
+    BatchOnlyThreads,
     auto_worker_threads,
+    multi_threaded_cpu_worker,
     set_caller_threads,
     set_thread_torch_threads,
     usable_cpus,
@@ -141,7 +144,16 @@ class AsyncTransformer(PrefixCachedLM):
     #: Measured: without trims, a 5,000-call sampler run on SmolLM2 kept ~100 MiB of
     #: freed forward buffers resident above the cache budgets (genlm_core.runtime).
     trims_heap_by_default = True
-    forward_context = staticmethod(torch.no_grad)
+
+    @contextlib.contextmanager
+    def forward_context(self) -> Iterator[None]:
+        """Where a batch runs: no autograd; a multi-threaded CPU worker's threads for it only.
+
+        (An idle pool of OpenMP threads slows other models' forwards: `genlm_hf._threads`.)
+        """
+        threads = self._batch_only_threads
+        with torch.no_grad(), threads.batch() if threads else contextlib.nullcontext():
+            yield
 
     def __init__(
         self,
@@ -224,6 +236,9 @@ class AsyncTransformer(PrefixCachedLM):
         )
         # Last: the probe's forward above ran parallel torch work in this thread.
         set_caller_threads(caller_threads, self.worker_threads, device)
+        self._batch_only_threads = (
+            BatchOnlyThreads() if multi_threaded_cpu_worker(self.worker_threads, device) else None
+        )
 
     # -- loading ----------------------------------------------------------------------
 
@@ -293,9 +308,11 @@ class AsyncTransformer(PrefixCachedLM):
     # -- the batch computation ----------------------------------------------------------
 
     def init_worker_thread(self) -> None:
-        """Give the model's worker thread [`worker_threads`][] torch threads."""
+        """Give the model's worker thread [`worker_threads`][] torch threads, during batches."""
         if self.worker_threads is not None:
             set_thread_torch_threads(self.worker_threads)
+        if self._batch_only_threads is not None:
+            self._batch_only_threads.adopt()
 
     def compute_prefix_batch(self, requests: list[PrefixRequest]) -> list[list[torch.Tensor]]:
         """Log-probs after every prefix of each sequence: one forward over its new tokens.
