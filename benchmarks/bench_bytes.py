@@ -55,6 +55,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore", message="Sparse")  # inside genlm-bytes
 
 import torch  # noqa: E402
+from _caller_threads import as_alone  # noqa: E402
 from _row_copies import rows_shared  # noqa: E402
 
 SCENARIOS = ("prefill", "greedy", "beams", "exact", "memory")
@@ -177,6 +178,7 @@ def race(name: str, libs: dict[str, Library], clock: ForwardClock, repeats: int,
         order = list(libs) if r % 2 == 0 else list(reversed(libs))
         for kind in order:
             libs[kind].clear()
+            as_alone(libs[kind].lm)
             with rows_shared() if libs[kind].shared else contextlib.nullcontext():
                 result = asyncio.run(make(libs[kind]))
             seconds[kind].append(result[0])

@@ -58,6 +58,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+from _caller_threads import as_alone  # noqa: E402
 from _row_copies import rows_shared  # noqa: E402
 
 SCENARIOS = ("sis-smollm2", "sis-gpt2", "memory")
@@ -220,6 +221,7 @@ def throughput(name: str, model: str, particles: int, tokens: int, repeats: int,
     lms = {"ref": load("ref", path), "ours": load("ours", path)}
     prompt = lms["ours"].tokenizer.encode(PROMPTS[0])
     for lm in lms.values():  # warm-up (thread pools, allocator), excluded
+        as_alone(lm)
         asyncio.run(sis(lm, prompt, min(particles, 8), 2, seed=123))
     zero = ZeroCostLM(lms["ours"])
     e2e: dict[tuple[str, str], list[float]] = {}
@@ -236,6 +238,7 @@ def throughput(name: str, model: str, particles: int, tokens: int, repeats: int,
             for kind, lm in contestants:
                 lm.clear_cache()
                 gc.collect()  # each run pays for its own garbage, not the previous run's
+                as_alone(lms["ours"] if kind == "client" else lm)
                 record = steps if (kind, sampler) == ("ours", "readme") else None
                 shared = rows_shared() if kind == "shared" else contextlib.nullcontext()
                 t0 = time.perf_counter()
@@ -250,6 +253,7 @@ def throughput(name: str, model: str, particles: int, tokens: int, repeats: int,
         for kind, lm in lms.items():
             lm.clear_cache()
             gc.collect()
+            as_alone(lm)
             t0 = time.perf_counter()
             calls = asyncio.run(replay(lm, steps))
             dt = time.perf_counter() - t0

@@ -37,6 +37,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
+from _caller_threads import as_alone  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 K64 = {"K": 64, "prune_threshold": 0.0, "heal": True}
@@ -133,6 +134,7 @@ def race(contenders: list[Contender], repeats: int, run: Any) -> dict[str, list[
     for r in range(repeats):
         for c in contenders if r % 2 == 0 else contenders[::-1]:
             c.clear()
+            as_alone(c.lm)
             res = asyncio.run(run(c))
             results[c.kind].append(res)
             print(
