@@ -126,6 +126,33 @@ async def test_a_multi_threaded_worker_holds_its_threads_during_batches_only(hf_
     lm.cleanup()
 
 
+@pytest.mark.skipif(usable_cpus() < 2, reason="needs at least 2 CPUs (a multi-threaded worker)")
+def test_a_sync_callers_forward_runs_with_the_workers_threads(hf_models):
+    """The caller's thread left its cores to the worker; its own sync forwards still get them."""
+    loaded = hf_models("tiny-gpt2")
+
+    def caller():
+        lm = loaded.lm(worker_threads=2)
+        during = []
+        forward_rows = lm.forward_rows
+
+        def spy(adapter, group):
+            during.append(torch.get_num_threads())
+            return forward_rows(adapter, group)
+
+        lm.forward_rows = spy
+        row = lm.next_token_logprobs_sync([1, 2, 3])
+        after = torch.get_num_threads()
+        expected = lm.next_token_logprobs_uncached([1, 2, 3])
+        lm.cleanup()
+        return during, after, row, expected
+
+    during, after, row, expected = in_thread(caller)
+    assert during == [2]
+    assert after == 1  # put back: this thread left the cores to the worker
+    torch.testing.assert_close(row, expected)
+
+
 def test_auto_worker_threads_single_threads_only_small_cpu_models():
     small = torch.nn.Linear(10, 10)
     big = torch.nn.Embedding(SMALL_MODEL_PARAMETERS // 64 + 1, 64, _freeze=True)

@@ -42,9 +42,12 @@ __all__ = [
     "SMALL_MODEL_PARAMETERS",
     "BatchOnlyThreads",
     "auto_worker_threads",
+    "batch_only_threads",
+    "default_torch_threads",
     "end_openmp_pool",
     "leave_cores_to_worker",
     "multi_threaded_cpu_worker",
+    "openmp_threads",
     "set_caller_threads",
     "set_thread_torch_threads",
     "usable_cpus",
@@ -74,6 +77,15 @@ def set_thread_torch_threads(n: int) -> None:
     )
     restore.start()
     restore.join()
+
+
+def default_torch_threads() -> int:
+    """The torch threads a thread started now gets (another thread's setting may differ)."""
+    seen: list[int] = []
+    probe = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    probe.start()
+    probe.join()
+    return seen[0]
 
 
 def leave_cores_to_worker() -> bool:
@@ -112,51 +124,62 @@ def end_openmp_pool() -> bool:
     return torch_cpu.omp_pause_resource_all(1) == 0  # 1: omp_pause_soft
 
 
-def set_openmp_threads(n: int) -> bool:
+def openmp_threads() -> int | None:
+    """The calling thread's OpenMP thread count (torch's libgomp), or None where unknown."""
+    torch_cpu = _libtorch_cpu()
+    if torch_cpu is None or not hasattr(torch_cpu, "omp_get_max_threads"):
+        return None
+    return int(torch_cpu.omp_get_max_threads())
+
+
+def set_openmp_threads(n: int) -> None:
     """Set the calling thread's OpenMP thread count only (torch reads it per thread).
 
     Unlike ``torch.set_num_threads``, no process-wide default changes, so no helper
-    thread is needed: a call costs microseconds. Returns whether it could be set.
+    thread is needed: a call costs microseconds. Only where [`openmp_threads`][]
+    is known.
     """
     torch_cpu = _libtorch_cpu()
-    if torch_cpu is None or not hasattr(torch_cpu, "omp_set_num_threads"):
-        return False
+    assert torch_cpu is not None
     torch_cpu.omp_set_num_threads(n)
-    return True
 
 
 class BatchOnlyThreads:
-    """A worker thread that holds its OpenMP threads during its batches only.
+    """OpenMP threads for a model's batches only: none held between them.
 
-    Between batches the thread is single-threaded and its pool ended, so an idle
-    model's worker slows no other thread's parallel work (see the module's
-    docstring). The core's own work on a batch's rows, after the backend's, runs
-    single-threaded too: it is small.
+    A batch runs with ``threads`` in whichever thread runs it (the worker, or a
+    sync caller's own thread); after it, that thread's pool is ended and its own
+    count put back. The worker's own count is 1, so between batches an idle model
+    slows no other thread's parallel work (see the module's docstring), and the
+    core's small work on a batch's rows, after the backend's, starts no pool again.
+
+    Args:
+        threads: OpenMP threads a batch runs with.
     """
 
-    def __init__(self) -> None:
-        self._worker: int | None = None
-        self._threads = 1
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
 
     def adopt(self) -> None:
-        """Make the calling thread the worker, with its current torch threads for batches."""
-        self._threads = torch.get_num_threads()
-        if set_openmp_threads(1):
-            self._worker = threading.get_ident()
+        """Make the calling thread (the worker) single-threaded outside batches."""
+        torch.get_num_threads()  # settles torch's own per-thread setting first
+        if openmp_threads() is not None:
+            set_openmp_threads(1)
             end_openmp_pool()
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """Around one batch: the worker's threads for it, ended after (other threads: as is)."""
-        if threading.get_ident() != self._worker:  # a sync caller's own thread
+        """Around one batch: [`threads`][] for it; then the pool ended, the count put back."""
+        before = openmp_threads()
+        if before is None:
             yield
             return
-        set_openmp_threads(self._threads)
+        set_openmp_threads(self.threads)
         try:
             yield
         finally:
             end_openmp_pool()
-            set_openmp_threads(1)
+            set_openmp_threads(before)
 
 
 @functools.cache
@@ -182,6 +205,13 @@ def set_caller_threads(caller: int | None, worker: int | None, device: torch.dev
         leave_cores_to_worker()
     else:
         set_thread_torch_threads(caller)
+
+
+def batch_only_threads(worker: int | None, device: torch.device) -> BatchOnlyThreads | None:
+    """A model's [`BatchOnlyThreads`][] where its worker runs multi-threaded on a CPU."""
+    if not multi_threaded_cpu_worker(worker, device):
+        return None
+    return BatchOnlyThreads(worker or default_torch_threads())
 
 
 def multi_threaded_cpu_worker(worker: int | None, device: torch.device) -> bool:

@@ -49,9 +49,8 @@ from genlm_hf._forward import (
 )
 from genlm_hf._linear import resolve_linear_kernel
 from genlm_hf._threads import (
-    BatchOnlyThreads,
     auto_worker_threads,
-    multi_threaded_cpu_worker,
+    batch_only_threads,
     set_caller_threads,
     set_thread_torch_threads,
     usable_cpus,
@@ -234,11 +233,9 @@ class AsyncTransformer(PrefixCachedLM):
             bytes_per_token=self.bytes_per_token,
             max_batch_kv_bytes=self.max_batch_kv_bytes,
         )
+        self._batch_only_threads = batch_only_threads(self.worker_threads, device)
         # Last: the probe's forward above ran parallel torch work in this thread.
         set_caller_threads(caller_threads, self.worker_threads, device)
-        self._batch_only_threads = (
-            BatchOnlyThreads() if multi_threaded_cpu_worker(self.worker_threads, device) else None
-        )
 
     # -- loading ----------------------------------------------------------------------
 
