@@ -113,23 +113,18 @@ def end_openmp_pool() -> bool:
     Ending and restarting a pool cost about 55 us on the 2-core CPU measured.
     Returns whether the pool could be ended (libgomp only).
     """
-    torch_cpu = _libtorch_cpu()
-    if torch_cpu is None:
+    gomp = _libgomp()
+    if gomp is None or not hasattr(gomp, "omp_pause_resource_all"):  # libgomp < GCC 9
         return False
-    # Looked up through torch's own library, so this is the OpenMP runtime torch uses
-    # (a process often holds several: sentencepiece ships its own libgomp).
-    if not hasattr(torch_cpu, "omp_pause_resource_all"):  # not libgomp >= 9 (GCC 9)
-        return False
-    # OpenMP 5.0; libgomp ends the calling thread's pool only (gomp_pause_host).
-    return torch_cpu.omp_pause_resource_all(1) == 0  # 1: omp_pause_soft
+    # OpenMP 5.0; libgomp ends the calling thread's pool only (gomp_pause_host). Other
+    # runtimes pause all threads, so they are never called (see `_libgomp`).
+    return gomp.omp_pause_resource_all(1) == 0  # 1: omp_pause_soft
 
 
 def openmp_threads() -> int | None:
     """The calling thread's OpenMP thread count (torch's libgomp), or None where unknown."""
-    torch_cpu = _libtorch_cpu()
-    if torch_cpu is None or not hasattr(torch_cpu, "omp_get_max_threads"):
-        return None
-    return int(torch_cpu.omp_get_max_threads())
+    gomp = _libgomp()
+    return None if gomp is None else int(gomp.omp_get_max_threads())
 
 
 def set_openmp_threads(n: int) -> None:
@@ -139,9 +134,9 @@ def set_openmp_threads(n: int) -> None:
     thread is needed: a call costs microseconds. Only where [`openmp_threads`][]
     is known.
     """
-    torch_cpu = _libtorch_cpu()
-    assert torch_cpu is not None
-    torch_cpu.omp_set_num_threads(n)
+    gomp = _libgomp()
+    assert gomp is not None
+    gomp.omp_set_num_threads(n)
 
 
 class BatchOnlyThreads:
@@ -183,13 +178,36 @@ class BatchOnlyThreads:
 
 
 @functools.cache
-def _libtorch_cpu() -> ctypes.CDLL | None:
-    """The CPU library of torch, already loaded; symbols resolve through its dependencies."""
+def _libgomp() -> ctypes.CDLL | None:
+    """The CPU library of torch if its OpenMP runtime is GNU's (libgomp), else None.
+
+    Its symbols resolve through its own dependencies, so ``omp_*`` are those of the
+    runtime torch uses (a process often holds several: sentencepiece ships its own
+    libgomp). None on other systems and runtimes (LLVM's or Intel's, whose pause
+    is process-wide).
+    """
     path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
     try:
-        return ctypes.CDLL(path)  # already loaded: the same library, not a second copy
-    except OSError:  # not Linux, or a torch laid out otherwise
+        torch_cpu = ctypes.CDLL(path)  # already loaded: the same library, not a second copy
+        libc = ctypes.CDLL(None)
+        info = _DlInfo()
+        address = ctypes.cast(torch_cpu.omp_get_max_threads, ctypes.c_void_p)
+        if not libc.dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+            return None
+    except (OSError, AttributeError):  # not Linux; a torch laid out otherwise or without OpenMP
         return None
+    return torch_cpu if os.path.basename(info.dli_fname).startswith(b"libgomp") else None
+
+
+class _DlInfo(ctypes.Structure):
+    """glibc's ``Dl_info``: which shared object defines an address."""
+
+    _fields_ = (
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    )
 
 
 def set_caller_threads(caller: int | None, worker: int | None, device: torch.device) -> None:

@@ -120,8 +120,8 @@ class AsyncTransformer(PrefixCachedLM):
             one whose event loop calls it. None (default): where the worker runs
             multi-threaded on a CPU, 1, and that thread's idle OpenMP threads are
             ended ([`leave_cores_to_worker`][genlm_hf.leave_cores_to_worker]):
-            otherwise the worker's forwards run 20-40% slower (measured on
-            SmolLM2-135M, see `genlm_hf._threads`); left as it is elsewhere. An
+            otherwise SmolLM2-135M's forwards of 2-16 rows took 89-126 ms, not
+            65-93 (see `genlm_hf._threads`); left as it is elsewhere. An
             integer: that many (``torch.get_num_threads()`` leaves it). A loop in
             another thread can call ``leave_cores_to_worker()`` itself.
         row_device: Where the log-prob rows callers get live. ``"auto"`` (default):
