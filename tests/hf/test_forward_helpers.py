@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from genlm_hf._logits import log_softmax_rows, logits_into  # noqa: E402
 from genlm_hf._threads import (  # noqa: E402
     SMALL_MODEL_PARAMETERS,
     auto_worker_threads,
+    default_torch_threads,
     leave_cores_to_worker,
     set_thread_torch_threads,
     usable_cpus,
@@ -33,7 +35,9 @@ def in_thread(fn):
 
 
 def test_set_thread_torch_threads_changes_only_the_calling_thread():
-    before = torch.get_num_threads()
+    # This thread's own count may differ from new threads': a model built here earlier
+    # in the session left its cores to its worker (caller_threads).
+    before, default = torch.get_num_threads(), default_torch_threads()
 
     def worker():
         set_thread_torch_threads(1)
@@ -41,39 +45,54 @@ def test_set_thread_torch_threads_changes_only_the_calling_thread():
 
     assert in_thread(worker) == 1
     assert torch.get_num_threads() == before  # this thread
-    assert in_thread(torch.get_num_threads) == before  # threads started afterwards
+    assert in_thread(torch.get_num_threads) == default  # threads started afterwards
 
 
-def os_threads() -> int:
-    return len(os.listdir("/proc/self/task"))
+def os_thread_ids() -> set[str]:
+    """The process's OS threads (an OpenMP pool's threads are among them)."""
+    return set(os.listdir("/proc/self/task"))
+
+
+def ended(thread_ids: set[str], timeout: float = 2.0) -> bool:
+    """Whether every one of ``thread_ids`` has exited (an exiting thread may linger briefly)."""
+    deadline = time.monotonic() + timeout
+    while thread_ids & os_thread_ids():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 @pytest.mark.skipif(
-    not os.path.isdir("/proc/self/task") or usable_cpus() < 2 or torch.get_num_threads() < 2,
+    not os.path.isdir("/proc/self/task") or usable_cpus() < 2 or default_torch_threads() < 2,
     reason="needs Linux and at least 2 CPUs with multi-threaded torch (an OpenMP pool to end)",
 )
 def test_leave_cores_to_worker_ends_the_calling_threads_openmp_pool():
-    """The pool's threads are OS threads: they go, and no later torch work brings them back."""
+    """The pool's threads are OS threads: they go, and no later torch work brings them back.
+
+    Compared by thread id, not count: other tests' threads may exit meanwhile.
+    """
     big = torch.randn(4_000_000)
 
     def caller():
-        before = os_threads()
+        before = os_thread_ids()
         big.exp()  # a parallel operation: this thread's OpenMP pool starts
-        with_pool = os_threads()
-        ended = leave_cores_to_worker()
-        after = os_threads()
+        pool = os_thread_ids() - before
+        left = leave_cores_to_worker()
+        gone = ended(pool)
+        settled = os_thread_ids()
         a = torch.randn(512, 512)
         (a @ a).exp_()  # MKL, then OpenMP: neither may start a pool again
         big.exp()
-        return before, with_pool, ended, after, os_threads(), torch.get_num_threads()
+        return pool, left, gone, os_thread_ids() - settled, torch.get_num_threads()
 
-    default = torch.get_num_threads()
-    before, with_pool, ended, after, later, threads = in_thread(caller)
-    assert with_pool > before
-    assert ended is True
-    assert after == before and later == before
+    mine, default = torch.get_num_threads(), default_torch_threads()
+    pool, left, gone, started_later, threads = in_thread(caller)
+    assert pool  # torch's default threads: a pool beside this thread
+    assert left is True and gone
+    assert not started_later
     assert threads == 1
-    assert torch.get_num_threads() == default  # this thread
+    assert torch.get_num_threads() == mine  # this thread
     assert in_thread(torch.get_num_threads) == default  # threads started afterwards
 
 
@@ -94,11 +113,11 @@ def test_a_multi_threaded_worker_leaves_the_cores_to_it(hf_models):
         lm.cleanup()
         return threads
 
-    default = torch.get_num_threads()
+    mine, default = torch.get_num_threads(), default_torch_threads()  # a new thread's
     assert in_thread(lambda: build(worker_threads=2)) == 1
     assert in_thread(lambda: build()) == default  # a single-threaded worker: left as it is
     assert in_thread(lambda: build(worker_threads=2, caller_threads=2)) == 2
-    assert torch.get_num_threads() == default
+    assert torch.get_num_threads() == mine
 
 
 @pytest.mark.skipif(
@@ -109,19 +128,20 @@ async def test_a_multi_threaded_worker_holds_its_threads_during_batches_only(hf_
     """An idle worker's pool would slow every other thread's parallel work."""
     lm = hf_models("tiny-gpt2").lm(worker_threads=2, caller_threads=torch.get_num_threads())
     await lm.next_token_logprobs([1, 2])  # the worker thread starts
-    idle = os_threads()
+    idle = os_thread_ids()
     during = []
     forward_rows = lm.forward_rows
 
     def spy(adapter, group):
         rows = forward_rows(adapter, group)
-        during.append((os_threads(), torch.get_num_threads()))
+        during.append((os_thread_ids() - idle, torch.get_num_threads()))
         return rows
 
     lm.forward_rows = spy
     rows = await asyncio.gather(*(lm.next_token_logprobs([1, 2, t]) for t in range(3, 40)))
-    assert during == [(idle + 1, 2)]  # its pool's thread, for one batch of 37 rows
-    assert os_threads() == idle  # ended after the batch
+    ((pool, threads),) = during  # one batch of 37 rows
+    assert len(pool) == 1 and threads == 2  # its pool's one thread beside the worker
+    assert ended(pool)  # after the batch
     torch.testing.assert_close(rows[0], lm.next_token_logprobs_uncached([1, 2, 3]))
     lm.cleanup()
 
