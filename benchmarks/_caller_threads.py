@@ -22,7 +22,7 @@ TORCH_DEFAULT = torch.get_num_threads()
 def as_alone(lm: Any) -> None:
     """Set this thread's torch threads as a program using only ``lm`` would have them."""
     torch.set_num_threads(TORCH_DEFAULT)
-    if type(lm).__module__.startswith("genlm_hf"):
-        from genlm_hf._threads import set_caller_threads
+    if getattr(lm, "_batch_only_threads", None) is not None:  # genlm-hf, multi-threaded worker
+        from genlm_hf import leave_cores_to_worker
 
-        set_caller_threads(None, lm.worker_threads, lm.device)
+        leave_cores_to_worker()

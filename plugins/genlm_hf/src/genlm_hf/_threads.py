@@ -210,14 +210,14 @@ class _DlInfo(ctypes.Structure):
     )
 
 
-def set_caller_threads(caller: int | None, worker: int | None, device: torch.device) -> None:
+def set_caller_threads(caller: int | None, multi_threaded_worker: bool) -> None:
     """Apply `AsyncTransformer`'s ``caller_threads`` to the calling thread.
 
-    ``worker`` is the worker thread's setting (None: torch's default, which is
-    multi-threaded wherever there is more than one core to use).
+    ``multi_threaded_worker``: the model's worker runs parallel CPU forwards (it has
+    [`BatchOnlyThreads`][]); only then does ``None`` leave the cores to it.
     """
     if caller is None:
-        if multi_threaded_cpu_worker(worker, device):
+        if multi_threaded_worker:
             leave_cores_to_worker()
     elif caller == 1:
         leave_cores_to_worker()

@@ -235,7 +235,7 @@ class AsyncTransformer(PrefixCachedLM):
         )
         self._batch_only_threads = batch_only_threads(self.worker_threads, device)
         # Last: the probe's forward above ran parallel torch work in this thread.
-        set_caller_threads(caller_threads, self.worker_threads, device)
+        set_caller_threads(caller_threads, self._batch_only_threads is not None)
 
     # -- loading ----------------------------------------------------------------------
 
