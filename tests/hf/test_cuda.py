@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import torch
-from tiny_architectures import ARCHITECTURES, arch_model
+from tiny_architectures import ARCHITECTURES, arch_model, bf16_tolerance
 
 from genlm_core.errors import BackendContractError
 from genlm_core.testing import AsyncLMConformance
@@ -54,12 +54,6 @@ async def cached_and_plain(lm: AsyncTransformer, prompts: list[list[int]]) -> li
     rows = await asyncio.gather(*(lm.next_token_logprobs(p) for p in prompts[:half]))
     rows += await asyncio.gather(*(lm.next_token_logprobs(p) for p in prompts[half:]))
     return [(row, lm.next_token_logprobs_uncached(p)) for row, p in zip(rows, prompts, strict=True)]
-
-
-def bf16_tolerance(reference: torch.Tensor) -> float:
-    """Two bfloat16 ulps of the row's largest logit (see the module docstring)."""
-    spread = (reference.max() - reference.mean()).item()
-    return 2 * torch.finfo(torch.bfloat16).eps * max(1.0, spread)
 
 
 @pytest.fixture(scope="module")

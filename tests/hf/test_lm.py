@@ -333,7 +333,7 @@ def test_budgets_validated(hf_models, opt, bad):
 
 
 def test_kv_budget_split_reserves_working_memory(hf_models):
-    from genlm_hf.lm import split_kv_budget
+    from genlm_hf._device import split_kv_budget
 
     mib = 1 << 20
     assert split_kv_budget(256 * mib, 256 * mib) == (64 * mib, 64 * mib)

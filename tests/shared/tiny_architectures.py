@@ -1,4 +1,5 @@
-"""Tiny random-weight models of the architectures genlm-hf's caches must be exact on."""
+"""Tiny random-weight models of the architectures genlm-hf's caches must be exact on, and
+the tolerance their bfloat16 rows are held to."""
 
 from __future__ import annotations
 
@@ -36,3 +37,9 @@ def arch_model(name: str, vocab_size: int, dtype: torch.dtype, device: str) -> A
     config = AutoConfig.for_model(model_type, vocab_size=vocab_size, **opts)
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config).to(device=device, dtype=dtype).eval()
+
+
+def bf16_tolerance(reference: torch.Tensor) -> float:
+    """Two bfloat16 ulps of the row's largest logit (tests/hf/test_cuda.py says why)."""
+    spread = (reference.max() - reference.mean()).item()
+    return 2 * torch.finfo(torch.bfloat16).eps * max(1.0, spread)

@@ -22,7 +22,14 @@ import torch
 
 from genlm_backend_kit import DEFAULT_KV_CACHE_BYTES, DEFAULT_MAX_BATCH_KV_BYTES
 
-__all__ = ["CPU_COPY_BYTES", "GPU_BATCH_SIZE", "default_budgets", "index_on", "to_device"]
+__all__ = [
+    "CPU_COPY_BYTES",
+    "GPU_BATCH_SIZE",
+    "default_budgets",
+    "index_on",
+    "split_kv_budget",
+    "to_device",
+]
 
 #: Largest temporary copy the batched gather/store paths may make on a CPU (bytes);
 #: bigger batches go row by row (or run by run), so a forward's working memory stays small.
@@ -69,3 +76,26 @@ def default_budgets(
     if batch is None:
         batch = max(DEFAULT_MAX_BATCH_KV_BYTES, kv // 4)
     return kv, batch, max(CPU_COPY_BYTES, batch)
+
+
+def split_kv_budget(
+    kv_cache_bytes: int, max_batch_kv_bytes: int, *, on_gpu: bool = False
+) -> tuple[int, int]:
+    """Split ``kv_cache_bytes`` into (reused forward K/V buffer, working-memory reserve).
+
+    The prefix cache gets the rest. The reserve (a quarter of the budget, at most
+    64 MiB) stands for what a forward allocates besides keys and values: logits,
+    log-probs, activations, and allocator slack between heap trims. Measured on
+    SmolLM2 with 32-row batches, that is ~35 MiB at peak plus ~17 MiB of bookkeeping;
+    without the reserve a 256 MiB budget peaked ~35 MiB above it.
+
+    On a GPU (``on_gpu``) the kept buffer may be one forward's whole K/V buffer (at
+    most a quarter of the budget), and so may the past-gather temporary kept beside it
+    (the model keeps both, and the prefix cache gets what is left): a sampler's batch
+    grows by a token a step, and a fresh buffer each step would never fit the blocks
+    torch's caching allocator holds, so it would map new device memory every step.
+    """
+    cap = kv_cache_bytes // 4 if on_gpu else min(64 << 20, kv_cache_bytes // 4)
+    keep = min(max_batch_kv_bytes, cap)
+    reserve = min(64 << 20, kv_cache_bytes // 4)
+    return keep, reserve

@@ -312,14 +312,7 @@ def run_group(
     attention_mask = ((slots >= width_past - p) & (slots < width_past + n)).long()
     position_ids = torch.minimum(p + torch.arange(width_new)[None, :], p + n - 1)
 
-    kwargs: dict[str, Any] = {}
-    if keep_kwarg:
-        if all_positions:
-            kwargs["logits_to_keep"] = 0  # every position
-        elif width_new == 1 or all(k == width_new for k in n_new):
-            kwargs["logits_to_keep"] = 1
-        elif slot_cache.PER_ROW_KEEP:
-            kwargs["logits_to_keep"] = to_device(n - 1, device)
+    kwargs = keep_kwargs(keep_kwarg, all_positions, n_new, n, device)
 
     buffer = None
     if layout is not None:
@@ -347,16 +340,39 @@ def run_group(
                 use_cache=False,
                 **kwargs,
             )
-    logits = out.logits
     if all_positions:
-        return logits, buffer, width_past
+        return out.logits, buffer, width_past
+    return last_logits(model, out.logits, n, width_new), buffer, width_past
+
+
+def keep_kwargs(
+    keep_kwarg: bool, all_positions: bool, n_new: list[int], n: torch.Tensor, device: torch.device
+) -> dict[str, Any]:
+    """The ``logits_to_keep`` argument of a forward of rows of ``n_new`` new tokens.
+
+    Every position with ``all_positions``; else the last one, per row (``n``:
+    ``n_new`` as a ``(B, 1)`` tensor) where rows differ and transformers allows it.
+    """
+    from genlm_hf import _slot_cache as slot_cache  # (imports transformers: not at import)
+
+    if not keep_kwarg:
+        return {}
+    if all_positions:
+        return {"logits_to_keep": 0}  # every position
+    if all(k == n_new[0] for k in n_new):
+        return {"logits_to_keep": 1}
+    if slot_cache.PER_ROW_KEEP:
+        return {"logits_to_keep": to_device(n - 1, device)}
+    return {}
+
+
+def last_logits(model: Any, logits: torch.Tensor, n: torch.Tensor, width_new: int) -> torch.Tensor:
+    """Each row's logits at its last new position, ``(B, vocab)``, from a forward's."""
     if logits.shape[1] == 1:
-        last = logits[:, 0]
-    elif logits.shape[1] == width_new:
-        last = logits[torch.arange(b), to_device(n - 1, logits.device).squeeze(1)]
-    else:  # pragma: no cover - a model that ignored logits_to_keep in an unexpected way
-        raise RuntimeError(
-            f"{type(model).__name__} returned logits of shape {tuple(logits.shape)} for "
-            f"{b} rows of {width_new} new tokens"
-        )
-    return last, buffer, width_past
+        return logits[:, 0]
+    if logits.shape[1] == width_new:
+        return logits[torch.arange(logits.shape[0]), to_device(n - 1, logits.device).squeeze(1)]
+    raise RuntimeError(  # pragma: no cover - a model that ignored logits_to_keep oddly
+        f"{type(model).__name__} returned logits of shape {tuple(logits.shape)} for "
+        f"{logits.shape[0]} rows of {width_new} new tokens"
+    )

@@ -27,6 +27,8 @@ import torch
 from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
+from genlm_hf._device import to_device
+
 __all__ = [
     "ATTENTION",
     "PoolBatch",
@@ -124,7 +126,8 @@ def pool_batch(
         + lens
         + [v for row in positions for v in row],
         dtype=torch.long,
-    ).to(device, non_blocking=True)
+    )
+    flat = to_device(flat, torch.device(device))
     b = len(write_slots)
     cuts = [b * n_width, b * l_width, b, b * n_width]
     w, kv, ln, pos = torch.split(flat, cuts)

@@ -110,7 +110,8 @@ class PrefixKVCache:
         self._capacity = 0  # slots the budget allows
         self._fresh = 0  # slots [fresh, pool size) were never used
         self._free: list[SlotRun] = []  # freed runs, reused last-in first-out
-        self._used = 0  # slots held by nodes
+        self._used = 0  # slots held by nodes (and the dummy slot, once made)
+        self._dummy: int | None = None  # see dummy_slot
         self._tree: PrefixTree[tuple[SlotRun, ...]] = PrefixTree(
             split=_take, release=self._free_runs, merge=_join
         )  # a node's payload: the runs of slots holding its positions
@@ -241,6 +242,86 @@ class PrefixKVCache:
             offset += n
         return copies
 
+    # -- writing in place (a forward writes the pool itself: genlm_hf._in_place) ---------
+
+    def reserve(
+        self,
+        adapter: Hashable,
+        requests: Sequence[tuple[Sequence[int], int]],
+        like: torch.Tensor,
+    ) -> list[list[SlotRun]] | None:
+        """Slots for each request's new positions ``token_ids[start:]``, before the forward.
+
+        The nodes holding every request's past are protected from eviction meanwhile:
+        the forward reads them. ``like``: a tensor shaped, typed and placed as one
+        position's keys and values, ``(2 * layers, heads, 1, head_dim)``, to make the
+        pool from if there is none yet. Hand the slots to [`keep`][] after the forward,
+        or to [`release`][] if it failed.
+
+        Returns:
+            Per request, runs of slots (``len(token_ids) - start`` slots); None when the
+            cache is off or the budget cannot hold them (then nothing is taken).
+        """
+        if self._max_bytes == 0:
+            return None
+        if self._pool is None:
+            self._allocate_pool(like)
+        if self._dummy is None:
+            self._dummy = self._take_dummy()
+            if self._dummy is None:
+                return None
+        protect: set[object] = set()
+        for token_ids, start in requests:
+            protect.update(self._tree.locate(adapter, token_ids[:start])[1])
+        reserved: list[list[SlotRun]] = []
+        for token_ids, start in requests:
+            runs = self._alloc(len(token_ids) - start, protect=protect)  # type: ignore[arg-type]
+            if runs is None:
+                self.release(reserved)
+                return None
+            reserved.append(runs)
+        return reserved
+
+    @property
+    def dummy_slot(self) -> int | None:
+        """A zeroed slot no prefix holds: padding writes there (None before [`reserve`][])."""
+        return self._dummy
+
+    def keep(
+        self,
+        adapter: Hashable,
+        requests: Sequence[tuple[Sequence[int], int]],
+        reserved: Sequence[Sequence[SlotRun]],
+    ) -> None:
+        """Store each request's new positions, written by the forward into its reserved slots.
+
+        No copy: the slots become the new nodes'. Positions another request of the same
+        forward stored first are freed (their slots hold the same keys and values).
+        """
+        for (token_ids, start), runs in zip(requests, reserved, strict=True):
+            node, path, pos = self._tree.locate(adapter, token_ids)
+            if pos < start:  # pragma: no cover - the past was protected while reserved
+                self._free_runs(runs)
+                continue
+            stored, new = _take(runs, pos - start)
+            self._free_runs(stored)
+            if new:
+                self._tree.attach(node, tuple(token_ids[pos:]), new, path)
+
+    def release(self, reserved: Sequence[Sequence[SlotRun]]) -> None:
+        """Give back slots [`reserve`][] took, unused (the forward failed)."""
+        for runs in reserved:
+            self._free_runs(runs)
+
+    def _take_dummy(self) -> int | None:
+        runs = self._alloc(1, protect=())
+        if runs is None:
+            return None
+        pool = self._pool
+        assert pool is not None
+        pool[:, :, runs[0][0]].zero_()  # finite: a masked key's weight 0 times it is 0
+        return runs[0][0]
+
     # -- slots ---------------------------------------------------------------------
 
     def _allocate_pool(self, kv: torch.Tensor) -> None:
@@ -313,6 +394,7 @@ class PrefixKVCache:
         self._free = []
         self._fresh = 0
         self._used = 0
+        self._dummy = None
 
     # -- introspection -------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from genlm_core.checks import is_int_at_least
 from genlm_core.lm import LoraAdapter, PrefixRequest
 from genlm_core.loading import check_dtype, resolve_model_name
 from genlm_hf import _peft
-from genlm_hf._device import GPU_BATCH_SIZE, default_budgets
+from genlm_hf._device import GPU_BATCH_SIZE, default_budgets, split_kv_budget
 from genlm_hf._forward import (
     ForwardInput,
     KVLayout,
@@ -47,6 +47,7 @@ from genlm_hf._forward import (
     probe_layout,
     run_group,
 )
+from genlm_hf._in_place import in_place_forward
 from genlm_hf._linear import resolve_linear_kernel
 from genlm_hf._threads import (
     auto_worker_threads,
@@ -68,29 +69,6 @@ __all__ = [
 _UNKNOWN = object()  # adapter state after loading/unloading one: re-apply on next use
 
 
-def split_kv_budget(
-    kv_cache_bytes: int, max_batch_kv_bytes: int, *, on_gpu: bool = False
-) -> tuple[int, int]:
-    """Split ``kv_cache_bytes`` into (reused forward K/V buffer, working-memory reserve).
-
-    The prefix cache gets the rest. The reserve (a quarter of the budget, at most
-    64 MiB) stands for what a forward allocates besides keys and values: logits,
-    log-probs, activations, and allocator slack between heap trims. Measured on
-    SmolLM2 with 32-row batches, that is ~35 MiB at peak plus ~17 MiB of bookkeeping;
-    without the reserve a 256 MiB budget peaked ~35 MiB above it.
-
-    On a GPU (``on_gpu``) the kept buffer may be one forward's whole K/V buffer (at
-    most a quarter of the budget), and so may the past-gather temporary kept beside it
-    (the model keeps both, and the prefix cache gets what is left): a sampler's batch
-    grows by a token a step, and a fresh buffer each step would never fit the blocks
-    torch's caching allocator holds, so it would map new device memory every step.
-    """
-    cap = kv_cache_bytes // 4 if on_gpu else min(64 << 20, kv_cache_bytes // 4)
-    keep = min(max_batch_kv_bytes, cap)
-    reserve = min(64 << 20, kv_cache_bytes // 4)
-    return keep, reserve
-
-
 class AsyncTransformer(PrefixCachedLM):
     """Asynchronous, autobatched, prefix-cached wrapper of a transformers causal LM.
 
@@ -104,7 +82,7 @@ class AsyncTransformer(PrefixCachedLM):
         kv_cache_bytes: Byte budget of the model's working memory beyond its weights and
             cached log-probs: the forward's reused K/V buffer and a reserve for its
             other working memory (each a quarter of the budget, 64 MiB at most; see
-            `split_kv_budget`), and the prefix cache's slot pool (the rest).
+            `genlm_hf._device.split_kv_budget`), and the prefix cache's slot pool (the rest).
             0 disables prefix reuse: every request then runs its whole prompt.
             Default: 1 GiB on a CPU; on a GPU 30% of the memory free when the model
             is wrapped (see `genlm_hf._device.default_budgets`).
@@ -116,26 +94,24 @@ class AsyncTransformer(PrefixCachedLM):
             fewer than 20M parameters, whose operations are too small to gain from
             threads while a second multi-threaded torch thread slows the caller's own
             torch work (see `genlm_hf._threads`); torch's setting otherwise.
-        caller_threads: Torch threads of the thread that builds the model, normally the
-            one whose event loop calls it. None (default): where the worker runs
-            multi-threaded on a CPU, 1, and that thread's idle OpenMP threads are
-            ended ([`leave_cores_to_worker`][genlm_hf.leave_cores_to_worker]):
-            otherwise SmolLM2-135M's forwards of 2-16 rows took 89-126 ms, not
-            65-93 (see `genlm_hf._threads`); left as it is elsewhere. An
-            integer: that many (``torch.get_num_threads()`` leaves it). A loop in
-            another thread can call ``leave_cores_to_worker()`` itself.
-        row_device: Where the log-prob rows callers get live. ``"auto"`` (default):
-            on the model's device (a GPU's rows stay there: no transfer to the host,
-            measured faster on an H100, see ``docs/reports/gpu.md``); ``"cpu"``: always moved
-            to the CPU (genlm-backend 0.3.1's ``AsyncTransformer`` does this);
-            ``"model"``: on the device of the model's output layer. The resolved
-            device is `row_device`.
+        caller_threads: Torch threads of the thread that builds the model (normally its
+            event loop's). None: where the worker runs multi-threaded on a CPU, 1, its
+            idle OpenMP threads ended ([`leave_cores_to_worker`][genlm_hf.leave_cores_to_worker],
+            which a loop in another thread can call): else SmolLM2-135M's 2-16-row
+            forwards took 89-126 ms, not 65-93 (`genlm_hf._threads`). An integer: that many.
+        row_device: Where the log-prob rows callers get live. ``"auto"`` (default): on the
+            model's device (no transfer to the host: faster on an H100, ``docs/reports/gpu.md``);
+            ``"cpu"``: moved to the CPU, as genlm-backend 0.3.1 does; ``"model"``: on the
+            output layer's device. The resolved device is `row_device`.
         linear_kernel: How the cached forwards compute float32 linear layers on a CPU.
-            ``"auto"`` (default): through oneDNN when this torch has it, about twice
-            as fast as torch's BLAS on the AMD CPU measured (see
-            `genlm_hf._linear`); ``"onednn"``: the same, an error where it
-            cannot run; ``"torch"``: torch's own path. GPU and half-precision models
-            always use torch's. The resolved choice is [`linear_kernel`][].
+            ``"auto"`` (default): through oneDNN when this torch has it (about twice as
+            fast as torch's BLAS on the AMD CPU measured, `genlm_hf._linear`); ``"onednn"``:
+            the same, an error where it cannot run; ``"torch"``: torch's own (always, on
+            GPUs and in half precision). The resolved choice is [`linear_kernel`][].
+        kv_reads: How a forward reads the rows' cached keys and values. ``"gather"``
+            (default): copied out of the prefix cache into one batch, new ones copied
+            back; ``"in_place"``: read from the cache's slots and written into new ones
+            (`genlm_hf._in_place`; what a GPU's decode step needs; not faster on a CPU).
         **kwargs: The cache and batching options of [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM]
             (``cache_size``, ``cache_bytes``, ``trim_heap``, ``timeout``, ...).
     """
@@ -167,6 +143,7 @@ class AsyncTransformer(PrefixCachedLM):
         caller_threads: int | None = None,
         row_device: str = "auto",
         linear_kernel: str = "auto",
+        kv_reads: str = "gather",
         **kwargs: Any,
     ) -> None:
         for name, value in (("worker_threads", worker_threads), ("caller_threads", caller_threads)):
@@ -226,6 +203,11 @@ class AsyncTransformer(PrefixCachedLM):
         if kv_cache_bytes > 0:
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
         self.bytes_per_token = self._layout.bytes_per_token if self._layout else 0
+        self._in_place = in_place_forward(
+            kv_reads, hf_model, self._layout, self.kv_cache, self.kv_reuse_off_reason,
+            keep_kwarg=self._keep_kwarg, logits_workspace=self._logits_workspace,
+            helper=self._helper, onednn=self.linear_kernel == "onednn",
+        )  # fmt: skip
         self._prefixes = PrefixForwards(
             ForwardSteps(self.forward_input, self._forward, self._log_softmax, self._store_kv),
             cache=self.cache,
@@ -354,6 +336,8 @@ class AsyncTransformer(PrefixCachedLM):
 
     def forward_rows(self, adapter: str | None, group: list[ForwardInput]) -> list[torch.Tensor]:
         """One forward over ``group`` (the base class's hook): log-probs, K/V stored."""
+        if self._in_place is not None and (last := self._in_place(adapter, group)) is not None:
+            return self._log_softmax(last)
         logits, buffer, width_past = self._forward(group)
         rows = self._log_softmax(logits)
         self._store_kv(adapter, group, buffer, width_past)
