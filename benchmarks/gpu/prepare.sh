@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build .gpu/, what a GPU machine without network needs to run benchmarks/gpu/run.sh:
-# wheels (genlm-core, its trie plugins, genlm-hf, the reference genlm-backend 0.3.1, pytest-asyncio, and
+# wheels (genlm-core, its trie plugins, genlm-hf, genlm-bytelm, the reference genlm-backend 0.3.1,
+# pytest-asyncio, hypothesis (the ported trie tests), and
 # bitsandbytes cut down to its CUDA 13 and CPU libraries), the test tokenizers and tiny
 # models (weights left out: run.sh regenerates them), and the trie benchmark's
 # vocabularies. Run it here, in a venv with genlm-core[assets] and genlm-hf installed
@@ -10,9 +11,10 @@ cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 rm -rf .gpu/whl .gpu/assets.tar.xz
 mkdir -p .gpu/whl
-"$PY" -m pip wheel -q --no-deps -w .gpu/whl . plugins/genlm_trie_numba plugins/genlm_trie_torch plugins/genlm_backend_kit plugins/genlm_hf
+"$PY" -m pip wheel -q --no-deps -w .gpu/whl . plugins/genlm_trie_numba plugins/genlm_trie_torch plugins/genlm_backend_kit plugins/genlm_hf plugins/genlm_bytelm
 PLAT="--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64"
-"$PY" -m pip download -q --no-deps $PLAT -d .gpu/whl genlm-backend==0.3.1 pytest-asyncio==1.5.0
+"$PY" -m pip download -q --no-deps $PLAT -d .gpu/whl genlm-backend==0.3.1 pytest-asyncio==1.5.0 \
+    hypothesis sortedcontainers regex
 "$PY" -m pip download -q --no-deps $PLAT -d .gpu/bnb bitsandbytes==0.50.2
 "$PY" benchmarks/gpu/slim_wheel.py .gpu/bnb/bitsandbytes-0.50.2-*.whl .gpu/whl \
     --keep libbitsandbytes_cuda130.so libbitsandbytes_cpu.so
