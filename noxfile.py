@@ -38,6 +38,9 @@ TORCH = "torch==2.13.0"
 REFERENCE = ("genlm-backend==0.3.1", "genlm-bytes==0.2.0")
 RUFF = "ruff==0.17.6"
 BACKENDS = ("hf", "vllm", "mlx", "sgl")
+#: The Triton the hf session compiles and interprets genlm-hf's kernel with (CUDA builds of
+#: torch bring their own, which the GPU runs of benchmarks/gpu/run.sh use).
+TRITON = "triton==3.9.0"
 #: The byte-level LM: a plugin distribution too (plugins/genlm_bytelm), but no backend.
 BYTELM = "bytelm"
 #: The trie plugins (plugins/genlm_trie_*): the numba tries, which every other plugin
@@ -328,6 +331,10 @@ def _backend_session(backend: str) -> None:
             session.install(*REFERENCE)
             session.install("--no-deps", *CLIENTS)
             declare_installed(session, *REFERENCE_MODULES)
+            # The pool attention's Triton kernel (CUDA builds of torch ship Triton) is
+            # tested here through Triton's interpreter and compiled for sm_90.
+            session.install("--no-deps", TRITON)
+            declare_installed(session, "triton")
         if backend == "vllm" and engine:
             # vLLM's Ray executor (distributed_executor_backend="ray"): tests/vllm/test_scale_out.py
             session.install("ray")

@@ -8,9 +8,10 @@ function registered as ``"genlm_pool"`` reads each row's keys and values through
 arrays ([`PoolBatch`][]): the prefix tree's runs of slots are the page table, one slot
 per position, as in SGLang's token pool. No gather before the forward, no store after.
 
-[`reference_attention`][] is the pure-torch kernel (the CPU's, and the oracle of any
-faster one); it materialises each layer's keys and values of the batch, so on a CPU it
-saves no copy, only the up-front gather of all layers at once (docs/reports/gpu.md).
+[`reference_attention`][] is the pure-torch kernel (the CPU's, and the oracle of the
+Triton one CUDA gets, `genlm_hf._triton_attention`, which reads the pool through the
+indices without a copy); it materialises each layer's keys and values of the batch, so
+on a CPU it saves no copy, only the up-front gather of all layers at once.
 
 Transformers is imported here, so `genlm_hf` imports this module only when a forward
 needs it (``genlm backends --options hf`` stays light).
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+import functools
+import importlib.util
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -33,6 +36,7 @@ __all__ = [
     "ATTENTION",
     "PoolBatch",
     "PoolCache",
+    "kernel_for",
     "pool_attention",
     "pool_attention_on",
     "pool_batch",
@@ -240,8 +244,18 @@ def pool_attention(
         raise ValueError(f"{ATTENTION!r} attention computes inference only; got dropout={dropout}")
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    out = reference_attention(query, key, value, pool_batch, scaling, sliding_window, softcap)
-    return out, None
+    kernel = kernel_for(query.device)
+    return kernel(query, key, value, pool_batch, scaling, sliding_window, softcap), None
+
+
+@functools.cache
+def kernel_for(device: torch.device) -> Callable[..., torch.Tensor]:
+    """The attention kernel for ``device``: Triton's on CUDA where installed, else the reference."""
+    if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
+        from genlm_hf._triton_attention import triton_attention
+
+        return triton_attention
+    return reference_attention
 
 
 AttentionInterface.register(ATTENTION, pool_attention)
