@@ -55,6 +55,7 @@ CUDA_TESTS=(
     tests/hf/test_pool_attention.py
     tests/hf/test_in_place_forward.py
     tests/hf/test_triton_attention.py
+    tests/hf/test_decode_graphs.py
 )
 # The byte-level LM's ported trie tests need genlm-bytelm and hypothesis (in .gpu/whl
 # since prepare.sh packs them); a collection error would stop every test, so check first.

@@ -22,6 +22,7 @@ import torch
 
 from genlm_hf._device import to_device
 from genlm_hf._forward import ForwardInput, KVLayout, keep_kwargs, last_logits
+from genlm_hf._graphs import DecodeGraphs, cuda_capture
 from genlm_hf._logits import linears, logits_into
 from genlm_hf._workspace import Workspace
 from genlm_hf.kvcache import PrefixKVCache
@@ -49,7 +50,9 @@ class InPlaceForward:
         logits_workspace: Workspace | None,
         helper: concurrent.futures.Executor | None,
         onednn: bool,
+        graphs: DecodeGraphs | None = None,
     ) -> None:
+        self._graphs = graphs  # decode steps replayed from CUDA graphs (genlm_hf._graphs)
         self._model = model
         self._layout = layout
         self._kv_cache = kv_cache
@@ -62,6 +65,11 @@ class InPlaceForward:
             dtype=layout.dtype,
             device=layout.device,
         )
+
+    def forget_graphs(self) -> None:
+        """Drop the captured decode steps (an adapter was loaded or removed)."""
+        if self._graphs is not None:
+            self._graphs.clear()
 
     @torch.no_grad()
     def __call__(self, adapter: Any, rows: Sequence[ForwardInput]) -> torch.Tensor | None:
@@ -78,7 +86,11 @@ class InPlaceForward:
         if reserved is None:
             return None
         try:
-            logits = self._forward(attention, rows, reserved)
+            logits = None
+            if self._graphs is not None and adapter is None:  # (graphs: the base model's)
+                logits = self._graphs.run(rows, reserved, cache.pool, cache.dummy_slot)
+            if logits is None:
+                logits = self._forward(attention, rows, reserved)
         except BaseException:
             cache.release(reserved)
             raise
@@ -116,20 +128,33 @@ class InPlaceForward:
 
 def in_place_forward(
     kv_reads: str,
+    cuda_graphs: bool | None,
     model: Any,
     layout: KVLayout | None,
     kv_cache: PrefixKVCache,
     off_reason: str,
+    max_batch: int,
     **options: Any,
 ) -> InPlaceForward | None:
     """The model's in-place forward for ``kv_reads="in_place"``; None for ``"gather"``.
 
+    ``cuda_graphs``: replay decode steps from CUDA graphs (None: where the model is on
+    CUDA); ``max_batch``: the largest batch one is captured for.
+
     Raises:
         ValueError: ``kv_reads`` is neither, or ``"in_place"`` where prefix reuse is
-            off (``off_reason`` says why).
+            off (``off_reason`` says why); ``cuda_graphs=True`` without both CUDA and
+            ``"in_place"``.
     """
     if kv_reads not in KV_READS:
         raise ValueError(f"kv_reads must be one of {KV_READS}, got {kv_reads!r}")
+    on_cuda = layout is not None and layout.device.type == "cuda"
+    if cuda_graphs and (kv_reads != "in_place" or not on_cuda):
+        raise ValueError(
+            f"cuda_graphs=True replays in-place decode steps on an NVIDIA GPU; this model "
+            f"has kv_reads={kv_reads!r} on {layout.device if layout else 'no prefix cache'}: "
+            f"pass kv_reads='in_place' with a CUDA model, or cuda_graphs=None"
+        )
     if kv_reads == "gather":
         return None
     if layout is None:
@@ -137,4 +162,7 @@ def in_place_forward(
             f"kv_reads='in_place' reads the prefix cache, which is off for this model "
             f"({off_reason or 'kv_cache_bytes=0'}); pass kv_reads='gather'"
         )
-    return InPlaceForward(model, layout, kv_cache, **options)
+    graphs = None
+    if on_cuda and cuda_graphs is not False:
+        graphs = DecodeGraphs(model, layout, capture=cuda_capture, max_batch=max_batch)
+    return InPlaceForward(model, layout, kv_cache, graphs=graphs, **options)

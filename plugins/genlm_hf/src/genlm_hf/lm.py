@@ -112,6 +112,9 @@ class AsyncTransformer(PrefixCachedLM):
             (default): copied out of the prefix cache into one batch, new ones copied
             back; ``"in_place"``: read from the cache's slots and written into new ones
             (`genlm_hf._in_place`; what a GPU's decode step needs; not faster on a CPU).
+        cuda_graphs: With ``kv_reads="in_place"`` on CUDA, replay one-token steps of the
+            base model from CUDA graphs captured per batch-size bucket (`genlm_hf._graphs`).
+            None (default): on where that applies; False: off.
         **kwargs: The cache and batching options of [`BatchedAsyncLM`][genlm_core.lm.BatchedAsyncLM]
             (``cache_size``, ``cache_bytes``, ``trim_heap``, ``timeout``, ...).
     """
@@ -144,6 +147,7 @@ class AsyncTransformer(PrefixCachedLM):
         row_device: str = "auto",
         linear_kernel: str = "auto",
         kv_reads: str = "gather",
+        cuda_graphs: bool | None = None,
         **kwargs: Any,
     ) -> None:
         for name, value in (("worker_threads", worker_threads), ("caller_threads", caller_threads)):
@@ -204,9 +208,10 @@ class AsyncTransformer(PrefixCachedLM):
             self._layout, self.kv_reuse_off_reason = probe_layout(hf_model)
         self.bytes_per_token = self._layout.bytes_per_token if self._layout else 0
         self._in_place = in_place_forward(
-            kv_reads, hf_model, self._layout, self.kv_cache, self.kv_reuse_off_reason,
-            keep_kwarg=self._keep_kwarg, logits_workspace=self._logits_workspace,
-            helper=self._helper, onednn=self.linear_kernel == "onednn",
+            kv_reads, cuda_graphs, hf_model, self._layout, self.kv_cache,
+            self.kv_reuse_off_reason, self.batch_size, keep_kwarg=self._keep_kwarg,
+            logits_workspace=self._logits_workspace, helper=self._helper,
+            onednn=self.linear_kernel == "onednn",
         )  # fmt: skip
         self._prefixes = PrefixForwards(
             ForwardSteps(self.forward_input, self._forward, self._log_softmax, self._store_kv),
@@ -390,6 +395,8 @@ class AsyncTransformer(PrefixCachedLM):
                 "LoRA adapters need peft, which is not installed: pip install 'genlm-hf[peft]'"
             )
         self._active = _UNKNOWN
+        if self._in_place is not None:  # graphs recorded the layers as they were
+            self._in_place.forget_graphs()
         try:
             _peft.attach(self.model, adapter.path, adapter.engine_name)
         except Exception as exc:
@@ -402,6 +409,8 @@ class AsyncTransformer(PrefixCachedLM):
     def delete_weights(self, name: str) -> None:
         """Remove the adapter loaded under ``name`` (the base class's hook)."""
         self._active = _UNKNOWN
+        if self._in_place is not None:
+            self._in_place.forget_graphs()
         _peft.detach(self.model, name)
 
     def activate_adapter(self, adapter: str | None) -> None:
