@@ -7,6 +7,7 @@ host functions by own time, then torch's host-side operations and CUDA runtime c
 (cudaMalloc, cudaHostAlloc, synchronisations) by their host time.
 
     python benchmarks/gpu/profile_host.py [--shape llama-3.2-1b] [--particles 256]
+        [--kv-reads in_place]
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument(
+        "--kv-reads",
+        choices=("gather", "in_place"),
+        default="gather",
+        help="genlm-hf's kv_reads (in_place: pasts read from the pool; graphs on CUDA)",
+    )
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
@@ -39,7 +46,12 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir("llama3")))
     model = build_model(args.shape, tokenizer, args.device, getattr(torch, args.dtype))
     width = model.get_output_embeddings().weight.shape[0]
-    lm = AsyncTransformer(model, tokenizer, byte_vocab=decode_vocab(tokenizer, vocab_size=width))
+    lm = AsyncTransformer(
+        model,
+        tokenizer,
+        byte_vocab=decode_vocab(tokenizer, vocab_size=width),
+        kv_reads=args.kv_reads,
+    )
     prompt = tokenizer.encode(PROMPT)[:20]
     rng = random.Random(0)
     gen = torch.Generator().manual_seed(0)
