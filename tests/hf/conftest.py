@@ -70,3 +70,11 @@ def smollm2(hf_models):
     model = hf_models("smollm2").lm()
     yield model
     model.cleanup()
+
+
+@pytest.fixture(scope="session")
+def gpt2_tokenizer(asset_model_dir: Callable[[str], Any]) -> Any:
+    """The tiny GPT-2's tokenizer: the vocabulary of the random-weight architecture models."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(asset_model_dir("tiny-gpt2")))

@@ -56,13 +56,6 @@ async def cached_and_plain(lm: AsyncTransformer, prompts: list[list[int]]) -> li
     return [(row, lm.next_token_logprobs_uncached(p)) for row, p in zip(rows, prompts, strict=True)]
 
 
-@pytest.fixture(scope="module")
-def gpt2_tokenizer(asset_model_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(asset_model_dir("tiny-gpt2")))
-
-
 # -- architectures: the prefix cache equals plain forwards ----------------------------------
 
 

@@ -29,16 +29,9 @@ ATOL = 2e-5
 GPU = os.environ.get("GENLM_TEST_GPU", "cuda")
 
 
-@pytest.fixture(scope="module")
-def tokenizer(asset_model_dir: Any) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(asset_model_dir("tiny-gpt2")))
-
-
-def with_eager_graphs(model: Any, tokenizer: Any, batch_size: int = 64) -> AsyncTransformer:
+def with_eager_graphs(model: Any, gpt2_tokenizer: Any, batch_size: int = 64) -> AsyncTransformer:
     """An in-place model whose decode steps go through `DecodeGraphs`, captured eagerly."""
-    lm = AsyncTransformer(model, tokenizer, kv_reads="in_place", batch_size=batch_size)
+    lm = AsyncTransformer(model, gpt2_tokenizer, kv_reads="in_place", batch_size=batch_size)
     in_place = lm._in_place  # white-box: a CPU model gets no graphs of its own
     in_place._graphs = DecodeGraphs(
         model, in_place._layout, capture=eager_capture, max_batch=batch_size
@@ -67,10 +60,13 @@ def prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
 @pytest.mark.parametrize("arch", ["llama", "gemma2", "gpt2"])
 @pytest.mark.parametrize("particles", [1, 3, 17])
 async def test_replayed_steps_equal_the_gather_path(
-    arch: str, particles: int, tokenizer: Any
+    arch: str, particles: int, gpt2_tokenizer: Any
 ) -> None:
-    model = arch_model(arch, len(tokenizer), torch.float32, "cpu")
-    graphed, plain = with_eager_graphs(model, tokenizer), AsyncTransformer(model, tokenizer)
+    model = arch_model(arch, len(gpt2_tokenizer), torch.float32, "cpu")
+    graphed, plain = (
+        with_eager_graphs(model, gpt2_tokenizer),
+        AsyncTransformer(model, gpt2_tokenizer),
+    )
     start = prompts(particles, 12, len(plain.byte_vocab))
     for row, expected in zip(
         await sample(graphed, start, 4), await sample(plain, start, 4), strict=True
@@ -82,9 +78,9 @@ async def test_replayed_steps_equal_the_gather_path(
     plain.cleanup()
 
 
-async def test_buckets_and_key_widths(tokenizer: Any) -> None:
-    model = arch_model("llama", len(tokenizer), torch.float32, "cpu")
-    lm = with_eager_graphs(model, tokenizer, batch_size=8)
+async def test_buckets_and_key_widths(gpt2_tokenizer: Any) -> None:
+    model = arch_model("llama", len(gpt2_tokenizer), torch.float32, "cpu")
+    lm = with_eager_graphs(model, gpt2_tokenizer, batch_size=8)
     graphs = lm._in_place._graphs
     vocab = len(lm.byte_vocab)
     await sample(lm, prompts(3, 10, vocab), 2)  # bucket 4
@@ -100,9 +96,9 @@ async def test_buckets_and_key_widths(tokenizer: Any) -> None:
     lm.cleanup()
 
 
-async def test_a_moved_pool_is_captured_again(tokenizer: Any) -> None:
-    model = arch_model("llama", len(tokenizer), torch.float32, "cpu")
-    lm = with_eager_graphs(model, tokenizer)
+async def test_a_moved_pool_is_captured_again(gpt2_tokenizer: Any) -> None:
+    model = arch_model("llama", len(gpt2_tokenizer), torch.float32, "cpu")
+    lm = with_eager_graphs(model, gpt2_tokenizer)
     graphs = lm._in_place._graphs
     await sample(lm, prompts(2, 8, len(lm.byte_vocab)), 2)
     assert graphs.captures == 1
@@ -114,13 +110,13 @@ async def test_a_moved_pool_is_captured_again(tokenizer: Any) -> None:
     lm.cleanup()
 
 
-def test_cuda_graphs_need_cuda_and_in_place(tokenizer: Any) -> None:
-    model = arch_model("llama", len(tokenizer), torch.float32, "cpu")
+def test_cuda_graphs_need_cuda_and_in_place(gpt2_tokenizer: Any) -> None:
+    model = arch_model("llama", len(gpt2_tokenizer), torch.float32, "cpu")
     with pytest.raises(ValueError, match=r"cuda_graphs=True replays in-place decode steps"):
-        AsyncTransformer(model, tokenizer, kv_reads="in_place", cuda_graphs=True)
+        AsyncTransformer(model, gpt2_tokenizer, kv_reads="in_place", cuda_graphs=True)
     with pytest.raises(ValueError, match=r"kv_reads='gather'"):
-        AsyncTransformer(model, tokenizer, cuda_graphs=True)
-    lm = AsyncTransformer(model, tokenizer, kv_reads="in_place")
+        AsyncTransformer(model, gpt2_tokenizer, cuda_graphs=True)
+    lm = AsyncTransformer(model, gpt2_tokenizer, kv_reads="in_place")
     assert lm._in_place._graphs is None  # None on a CPU: no graphs
     lm.cleanup()
 
@@ -128,10 +124,12 @@ def test_cuda_graphs_need_cuda_and_in_place(tokenizer: Any) -> None:
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))
-async def test_cuda_graphs_equal_the_gather_path(arch: str, dtype: torch.dtype, tokenizer: Any):
-    model = arch_model(arch, len(tokenizer), dtype, GPU)
-    graphed = AsyncTransformer(model, tokenizer, kv_reads="in_place")
-    plain = AsyncTransformer(model, tokenizer)
+async def test_cuda_graphs_equal_the_gather_path(
+    arch: str, dtype: torch.dtype, gpt2_tokenizer: Any
+):
+    model = arch_model(arch, len(gpt2_tokenizer), dtype, GPU)
+    graphed = AsyncTransformer(model, gpt2_tokenizer, kv_reads="in_place")
+    plain = AsyncTransformer(model, gpt2_tokenizer)
     assert graphed._in_place._graphs is not None
     start = prompts(5, 12, len(plain.byte_vocab))
     # greedy choices could differ on a near-tie in bfloat16: both follow the plain path's

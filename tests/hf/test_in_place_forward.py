@@ -28,13 +28,6 @@ ATOL = 2e-5
 GPU = os.environ.get("GENLM_TEST_GPU", "cuda")
 
 
-@pytest.fixture(scope="module")
-def tokenizer(asset_model_dir: Any) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(asset_model_dir("tiny-gpt2")))
-
-
 def waves(vocab: int, seed: int = 0) -> list[list[list[int]]]:
     """A sampler's requests in three concurrent waves: branches, extensions, repeats."""
     rng = random.Random(seed)
@@ -52,17 +45,19 @@ async def answer(lm: AsyncTransformer, requests: list[list[list[int]]]) -> list[
     return rows
 
 
-def both(model: Any, tokenizer: Any, **opts: Any) -> tuple[AsyncTransformer, AsyncTransformer]:
+def both(model: Any, gpt2_tokenizer: Any, **opts: Any) -> tuple[AsyncTransformer, AsyncTransformer]:
     return (
-        AsyncTransformer(model, tokenizer, kv_reads="in_place", **opts),
-        AsyncTransformer(model, tokenizer, **opts),
+        AsyncTransformer(model, gpt2_tokenizer, kv_reads="in_place", **opts),
+        AsyncTransformer(model, gpt2_tokenizer, **opts),
     )
 
 
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))
-async def test_in_place_rows_and_cache_equal_the_gather_paths(arch: str, tokenizer: Any) -> None:
-    model = arch_model(arch, len(tokenizer), torch.float32, "cpu")
-    in_place, gather = both(model, tokenizer)
+async def test_in_place_rows_and_cache_equal_the_gather_paths(
+    arch: str, gpt2_tokenizer: Any
+) -> None:
+    model = arch_model(arch, len(gpt2_tokenizer), torch.float32, "cpu")
+    in_place, gather = both(model, gpt2_tokenizer)
     requests = waves(len(in_place.byte_vocab))
     for row, expected in zip(
         await answer(in_place, requests), await answer(gather, requests), strict=True
@@ -79,9 +74,9 @@ async def test_in_place_rows_and_cache_equal_the_gather_paths(arch: str, tokeniz
     gather.cleanup()
 
 
-async def test_rows_sharing_new_tokens_store_them_once(tokenizer: Any) -> None:
-    model = arch_model("llama", len(tokenizer), torch.float32, "cpu")
-    in_place, gather = both(model, tokenizer)
+async def test_rows_sharing_new_tokens_store_them_once(gpt2_tokenizer: Any) -> None:
+    model = arch_model("llama", len(gpt2_tokenizer), torch.float32, "cpu")
+    in_place, gather = both(model, gpt2_tokenizer)
     past = [7, 8, 9, 10]
     for lm in (in_place, gather):
         await lm.next_token_logprobs(past)
@@ -94,14 +89,14 @@ async def test_rows_sharing_new_tokens_store_them_once(tokenizer: Any) -> None:
     gather.cleanup()
 
 
-async def test_under_eviction_rows_stay_exact(tokenizer: Any) -> None:
+async def test_under_eviction_rows_stay_exact(gpt2_tokenizer: Any) -> None:
     """A pool of 32 slots: reservations evict older prefixes; one that cannot fit is refused."""
-    model = arch_model("qwen2", len(tokenizer), torch.float32, "cpu")
-    probe = AsyncTransformer(model, tokenizer)
+    model = arch_model("qwen2", len(gpt2_tokenizer), torch.float32, "cpu")
+    probe = AsyncTransformer(model, gpt2_tokenizer)
     per_token = probe.bytes_per_token
     probe.cleanup()
     # the budget holds the pool (half of it here), the reused buffer and the reserve
-    lm = AsyncTransformer(model, tokenizer, kv_reads="in_place", kv_cache_bytes=64 * per_token)
+    lm = AsyncTransformer(model, gpt2_tokenizer, kv_reads="in_place", kv_cache_bytes=64 * per_token)
     assert lm.kv_cache.max_bytes == 32 * per_token
     reserve, refused = lm.kv_cache.reserve, []
 
@@ -123,9 +118,9 @@ async def test_under_eviction_rows_stay_exact(tokenizer: Any) -> None:
     lm.cleanup()
 
 
-async def test_a_failed_forward_gives_its_slots_back(tokenizer: Any) -> None:
-    model = arch_model("llama", len(tokenizer), torch.float32, "cpu")
-    lm = AsyncTransformer(model, tokenizer, kv_reads="in_place")
+async def test_a_failed_forward_gives_its_slots_back(gpt2_tokenizer: Any) -> None:
+    model = arch_model("llama", len(gpt2_tokenizer), torch.float32, "cpu")
+    lm = AsyncTransformer(model, gpt2_tokenizer, kv_reads="in_place")
     await lm.next_token_logprobs([1, 2, 3])
     held = lm.kv_cache_stats.bytes
     forward = type(model).forward
@@ -146,23 +141,23 @@ async def test_a_failed_forward_gives_its_slots_back(tokenizer: Any) -> None:
     lm.cleanup()
 
 
-def test_kv_reads_is_checked(tokenizer: Any) -> None:
-    model = arch_model("llama", len(tokenizer), torch.float32, "cpu")
+def test_kv_reads_is_checked(gpt2_tokenizer: Any) -> None:
+    model = arch_model("llama", len(gpt2_tokenizer), torch.float32, "cpu")
     with pytest.raises(ValueError, match=r"kv_reads must be one of \('gather', 'in_place'\)"):
-        AsyncTransformer(model, tokenizer, kv_reads="paged")
+        AsyncTransformer(model, gpt2_tokenizer, kv_reads="paged")
     with pytest.raises(ValueError, match=r"prefix cache, which is off .* pass kv_reads='gather'"):
-        AsyncTransformer(model, tokenizer, kv_reads="in_place", kv_cache_bytes=0)
+        AsyncTransformer(model, gpt2_tokenizer, kv_reads="in_place", kv_cache_bytes=0)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))
 async def test_in_place_equals_gather_on_cuda(
-    arch: str, dtype: torch.dtype, tokenizer: Any
+    arch: str, dtype: torch.dtype, gpt2_tokenizer: Any
 ) -> None:
     """On the GPU: the same rows as the gather path (float32 1e-4; bfloat16 two ulps)."""
-    model = arch_model(arch, len(tokenizer), dtype, GPU)
-    in_place, gather = both(model, tokenizer)
+    model = arch_model(arch, len(gpt2_tokenizer), dtype, GPU)
+    in_place, gather = both(model, gpt2_tokenizer)
     requests = waves(len(in_place.byte_vocab), seed=7)
     ours, theirs = await answer(in_place, requests), await answer(gather, requests)
     worst = 0.0
