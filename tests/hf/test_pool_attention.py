@@ -231,3 +231,26 @@ def test_the_attention_traces_as_one_graph() -> None:
     torch.testing.assert_close(
         torch.compile(kernel, backend="eager", fullgraph=True)(query, batch), kernel(query, batch)
     )
+
+
+def test_an_in_place_forward_traces_as_one_graph() -> None:
+    """The whole model's forward over the pool: one graph, no break (what capture needs)."""
+    model = tiny("llama")
+    pool = Pool(model, slots=64)
+    batch = pool_batch([[(1, 5)], [(10, 3)]], [[(20, 1)], [(30, 1)]], dummy=0)
+
+    def step(ids: torch.Tensor) -> torch.Tensor:
+        with pool_attention_on(model):
+            out = model(
+                ids,
+                position_ids=batch.positions,
+                cache=PoolCache(pool.tensor, batch),
+                use_cache=True,
+                pool_batch=batch,
+                logits_to_keep=1,
+            )
+        return out.logits
+
+    with torch.no_grad():
+        explained = torch._dynamo.explain(step)(torch.tensor([[5], [6]]))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import importlib.util
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -248,14 +247,24 @@ def pool_attention(
     return kernel(query, key, value, pool_batch, scaling, sliding_window, softcap), None
 
 
-@functools.cache
-def kernel_for(device: torch.device) -> Callable[..., torch.Tensor]:
-    """The attention kernel for ``device``: Triton's on CUDA where installed, else the reference."""
-    if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
-        from genlm_hf._triton_attention import triton_attention
+_KERNELS: dict[str, Callable[..., torch.Tensor]] = {}  # device type -> kernel
 
-        return triton_attention
-    return reference_attention
+
+def kernel_for(device: torch.device) -> Callable[..., torch.Tensor]:
+    """The attention kernel for ``device``: Triton's on CUDA where installed, else the reference.
+
+    Chosen once per device type and kept in a plain dict (what a traced forward reads
+    without a graph break).
+    """
+    kernel = _KERNELS.get(device.type)
+    if kernel is None:
+        kernel = reference_attention
+        if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
+            from genlm_hf._triton_attention import triton_attention
+
+            kernel = triton_attention
+        _KERNELS[device.type] = kernel
+    return kernel
 
 
 AttentionInterface.register(ATTENTION, pool_attention)
