@@ -274,13 +274,16 @@ AttentionInterface.register(ATTENTION, pool_attention)
 def pool_attention_on(model: Any) -> Iterator[None]:
     """During the block, ``model``'s attention layers call [`pool_attention`][].
 
-    Its config's attention name is swapped and put back (the layers read it per call);
+    The attention name of its config (and of its text config, which a multimodal
+    model's layers read) is swapped and put back (the layers read it per call);
     transformers builds no mask for a name it has no mask function for.
     """
-    config = model.config
-    before = config._attn_implementation
-    config._attn_implementation = ATTENTION
+    configs = {id(c): c for c in (model.config, model.config.get_text_config())}.values()
+    before = [(config, config._attn_implementation) for config in configs]
+    for config, _ in before:
+        config._attn_implementation = ATTENTION
     try:
         yield
     finally:
-        config._attn_implementation = before
+        for config, name in before:
+            config._attn_implementation = name
