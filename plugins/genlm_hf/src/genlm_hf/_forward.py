@@ -353,14 +353,14 @@ def keep_kwargs(
     Every position with ``all_positions``; else the last one, per row (``n``:
     ``n_new`` as a ``(B, 1)`` tensor) where rows differ and transformers allows it.
     """
-    from genlm_hf import _slot_cache as slot_cache  # (imports transformers: not at import)
-
     if not keep_kwarg:
         return {}
     if all_positions:
         return {"logits_to_keep": 0}  # every position
     if all(k == n_new[0] for k in n_new):
         return {"logits_to_keep": 1}
+    from genlm_hf import _slot_cache as slot_cache  # (imports transformers: only here)
+
     if slot_cache.PER_ROW_KEEP:
         return {"logits_to_keep": to_device(n - 1, device)}
     return {}

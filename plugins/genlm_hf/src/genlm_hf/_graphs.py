@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from genlm_hf._forward import ForwardInput, KVLayout
+from genlm_hf.kvcache import SlotRun, slots_of
 
 __all__ = ["BATCH_BUCKETS", "DecodeGraphs", "cuda_capture", "eager_capture"]
 
@@ -104,7 +105,7 @@ class DecodeGraphs:
     def run(
         self,
         rows: Sequence[ForwardInput],
-        reserved: Sequence[Sequence[tuple[int, int]]],
+        reserved: Sequence[Sequence[SlotRun]],
         pool: torch.Tensor,
         dummy: int,
     ) -> torch.Tensor | None:
@@ -164,7 +165,7 @@ class DecodeGraphs:
         self,
         graph: _Graph,
         rows: Sequence[ForwardInput],
-        reserved: Sequence[Sequence[tuple[int, int]]],
+        reserved: Sequence[Sequence[SlotRun]],
         bucket: int,
         width: int,
         dummy: int,
@@ -187,11 +188,7 @@ class DecodeGraphs:
         lens[:n, 0] = [p + 1 for p in past_lens]
         writes[:n, 0] = new = [runs[0][0] for runs in reserved]  # one new token: one slot
         for i, (row, write) in enumerate(zip(rows, new, strict=True)):
-            at = 0
-            for start, length in row.segments:
-                tables[i, at : at + length] = range(start, start + length)
-                at += length
-            tables[i, at] = write
+            tables[i, : row.past_len + 1] = [*slots_of(row.segments), write]
         graph.flat.copy_(graph.staging, non_blocking=True)
         if graph.flat.device.type == "cuda":  # the next _fill waits for this copy
             graph.copied = torch.cuda.Event()

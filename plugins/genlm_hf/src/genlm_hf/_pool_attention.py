@@ -30,6 +30,7 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 from genlm_hf._device import to_device
+from genlm_hf.kvcache import SlotRun, slots_of
 
 __all__ = [
     "ATTENTION",
@@ -44,8 +45,6 @@ __all__ = [
 
 #: The name the attention function is registered under (``config._attn_implementation``).
 ATTENTION = "genlm_pool"
-
-SlotRun = tuple[int, int]  # (first slot, number of slots), as in genlm_hf.kvcache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,10 +72,6 @@ class PoolBatch:
     past_width: int
 
 
-def _slots(runs: Sequence[SlotRun]) -> list[int]:
-    return [s for start, n in runs for s in range(start, start + n)]
-
-
 def pool_batch(
     pasts: Sequence[Sequence[SlotRun]],
     writes: Sequence[Sequence[SlotRun]],
@@ -102,8 +97,8 @@ def pool_batch(
     """
     if len(pasts) != len(writes) or not writes:
         raise ValueError(f"need one past and one write per row, got {len(pasts)} and {len(writes)}")
-    past_slots = [_slots(runs) for runs in pasts]
-    write_slots = [_slots(runs) for runs in writes]
+    past_slots = [slots_of(runs) for runs in pasts]
+    write_slots = [slots_of(runs) for runs in writes]
     if any(not w for w in write_slots):
         raise ValueError("every row computes at least one new position; a row has no write slots")
     longest_new = max(len(w) for w in write_slots)

@@ -29,10 +29,16 @@ from genlm_backend_kit import PrefixCacheStats, PrefixTree
 from genlm_core.checks import is_int_at_least
 from genlm_hf._device import CPU_COPY_BYTES, index_on
 
-__all__ = ["BATCHED_COPY_BYTES", "KVCacheStats", "PrefixKVCache", "SlotRun"]
+__all__ = ["BATCHED_COPY_BYTES", "KVCacheStats", "PrefixKVCache", "SlotRun", "slots_of"]
 
 SlotRun = tuple[int, int]
 """Consecutive pool slots: ``(first slot, number of slots)``."""
+
+
+def slots_of(runs: Sequence[SlotRun]) -> list[int]:
+    """The slots of ``runs``, in order (the positions they hold)."""
+    return [s for start, n in runs for s in range(start, start + n)]
+
 
 #: Largest temporary copy the batched store path makes by default (bytes); bigger
 #: batches go run by run, so a forward's working memory stays small. (On a GPU the
