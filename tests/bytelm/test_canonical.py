@@ -176,6 +176,31 @@ def test_mask_equals_one_token_answers(toks, model):
 
 
 @pytest.mark.parametrize("model", MODELS)
+def test_kept_masks_are_read_only_and_equal_fresh_ones(toks, model, monkeypatch):
+    """Masks are kept per pending state (reading ahead asks again): never stale or writable.
+
+    A small cap makes the cache empty itself several times on the way.
+    """
+    from genlm_bytelm.exact.canonical import filter as filter_module
+
+    monkeypatch.setattr(filter_module, "MASKS_KEPT", 3)
+    tok = toks(model)
+    pendings = []
+    for text in random_strings(8, seed=9):
+        ids = tok.encode(text)
+        pendings += [tok.pending(ids[:k]) for k in range(1, min(len(ids), 4) + 1)]
+    first = [tok.filter.mask(p) for p in pendings]
+    again = [tok.filter.mask(p) for p in reversed(pendings)][::-1]
+    for p, a, b in zip(pendings, first, again, strict=True):
+        assert not a.flags.writeable and not b.flags.writeable
+        fresh = tok.filter._mask(p, 0)  # computed anew, no cache
+        assert np.array_equal(a, fresh) and np.array_equal(b, fresh), p
+    with pytest.raises(ValueError, match="read-only"):
+        first[0][0] = True
+    assert len(tok.filter._masks) <= 3
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_bpe_pair_tests_equal_the_tokenizers_bpe(toks, model):
     """Pairs whose merges may cross (half of them invalid) against merges-only BPE.
 

@@ -37,6 +37,9 @@ __all__ = ["EMPTY", "CanonicalFilter", "Pending"]
 
 #: Entries kept in the per-context caches before they are emptied.
 CACHE_ENTRIES = 200_000
+#: Masks kept (a vocabulary's bools each): reading ahead asks for one context's mask once
+#: per predicted byte, and materializing the context asks again (benchmarks/bench_bytes.py).
+MASKS_KEPT = 64
 
 
 class CanonicalFilter:
@@ -67,6 +70,7 @@ class CanonicalFilter:
         self._settled: dict[tuple[int, ...], int] = {}
         self._groups: dict[tuple[tuple[int, ...], Any], tuple[bool, tuple[int, ...]]] = {}
         self._next_cache: dict[tuple[tuple[int, ...], bytes, str], bool] = {}
+        self._masks: dict[tuple[tuple[int, ...], bytes, str], np.ndarray] = {}
 
     def _analyse_tokens(self) -> None:
         n, classes, reach = self.n, self.classes, self.classes.reach
@@ -225,8 +229,16 @@ class CanonicalFilter:
         return out
 
     def mask(self, pending: Pending) -> np.ndarray:
-        """Boolean vector over token ids: ``context + [d]`` is canonical."""
-        return self._mask(pending, 0)
+        """Boolean vector over token ids: ``context + [d]`` is canonical (read-only, shared)."""
+        key = (pending.ids, pending.data, pending.segment)  # all a mask depends on
+        out = self._masks.get(key)
+        if out is None:
+            out = self._mask(pending, 0)
+            out.flags.writeable = False
+            if len(self._masks) >= MASKS_KEPT:
+                self._masks.clear()
+            self._masks[key] = out
+        return out
 
     def _mask(self, pending: Pending, depth: int) -> np.ndarray:
         if pending.partial:
