@@ -17,6 +17,9 @@ from genlm_core.runtime._outcomes import BatcherStats
 
 K = TypeVar("K", bound=Hashable)
 PIPELINE_DEPTH = 2  # batches handed to the worker thread at once: one running, one queued
+#: Default ``inline_below`` of a batcher with its own thread: about what handing a batch
+#: to a thread and back costs here, so a batch run on the loop stalls it no longer.
+INLINE_BELOW = 1e-4
 
 
 class Added(enum.Enum):

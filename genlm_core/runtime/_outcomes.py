@@ -6,11 +6,11 @@ Also the batcher's counters.
 from __future__ import annotations
 
 import dataclasses
-from asyncio import InvalidStateError
+from asyncio import CancelledError, InvalidStateError
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from genlm_core.errors import BatchSizeMismatchError
+from genlm_core.errors import BatcherClosedError, BatchSizeMismatchError
 
 
 class RequestFailure:
@@ -142,3 +142,19 @@ def abandon(futures: Iterable[Any]) -> None:
             return
         if not fut.cancel() and not fut.cancelled():
             fut.exception()  # no "exception never retrieved" log
+
+
+def worker_exit_error(exc: BaseException, name: str, leader: bool, loop_closed: bool) -> Any:
+    """What callers still waiting get when a batcher's worker ends with ``exc`` (None: keep).
+
+    A leading caller's successor task carries its work on, and a closed loop's callers
+    are gone; otherwise none may hang: a cancelled worker (its loop shutting down?)
+    closes the batcher, a bug fails them with itself, an interrupt with a RuntimeError.
+    """
+    if isinstance(exc, Exception):
+        return exc
+    if leader or (loop_closed and not isinstance(exc, CancelledError)):
+        return None
+    if isinstance(exc, CancelledError):
+        return BatcherClosedError(f"{name}'s worker was cancelled (is its loop shutting down?)")
+    return RuntimeError(f"{name}'s worker was interrupted by {exc!r}; not computed")

@@ -6,14 +6,17 @@ tests/core/test_batching.py checks the AutoBatcher follows these rules end to en
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from genlm_core.errors import BatcherClosedError
 from genlm_core.runtime import BatcherStats, DispatchPolicy
 from genlm_core.runtime._dispatch import PIPELINE_DEPTH, Added, Step
+from genlm_core.runtime._outcomes import worker_exit_error
 
 
 class Clock:
@@ -256,3 +259,26 @@ def test_inline_below_zero_is_never_cheap() -> None:
 def test_inline_below_is_validated(bad: object) -> None:
     with pytest.raises(ValueError, match=rf"inline_below must be .* >= 0, got {bad!r}"):
         DispatchPolicy(inline_below=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("exc", "leader", "loop_closed", "expected"),
+    [
+        (ValueError("bug"), False, False, ValueError),  # a bug fails them with itself
+        (ValueError("bug"), True, True, ValueError),  # even from a leader, a closed loop
+        (asyncio.CancelledError(), False, False, BatcherClosedError),
+        (asyncio.CancelledError(), False, True, BatcherClosedError),
+        (asyncio.CancelledError(), True, False, None),  # its successor task carries on
+        (KeyboardInterrupt(), False, False, RuntimeError),
+        (KeyboardInterrupt(), False, True, None),  # a closed loop's callers are gone
+        (KeyboardInterrupt(), True, False, None),
+    ],
+)
+def test_what_waiting_callers_get_when_the_worker_ends(exc, leader, loop_closed, expected):
+    """The batcher's worker ending with ``exc``: the error every caller still waiting gets."""
+    error = worker_exit_error(exc, "b", leader, loop_closed)
+    if expected is None:
+        assert error is None
+    else:
+        assert isinstance(error, expected)
+        assert error is exc or "b's worker was" in str(error)

@@ -223,4 +223,4 @@ def test_loops_of_two_threads_share_one_worker_thread(monkeypatch):
     batchers.close()
     assert [result for _, result in got] == [1, 1]
     assert len(made) == 1, f"{len(made)} worker threads started for one LoopBatchers"
-    assert got[0][0]._thread is got[1][0]._thread
+    assert got[0][0]._runs.thread is got[1][0]._runs.thread
