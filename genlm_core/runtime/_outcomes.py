@@ -1,6 +1,6 @@
 """What a batch gives back: results checked, handed to each key's callers, per-key failures.
 
-Also the batcher's counters.
+Also the batcher's counters, and what its callers get when its worker ends.
 """
 
 from __future__ import annotations
@@ -144,12 +144,15 @@ def abandon(futures: Iterable[Any]) -> None:
             fut.exception()  # no "exception never retrieved" log
 
 
-def worker_exit_error(exc: BaseException, name: str, leader: bool, loop_closed: bool) -> Any:
-    """What callers still waiting get when a batcher's worker ends with ``exc`` (None: keep).
+def worker_exit_error(
+    exc: BaseException, name: str, leader: bool, loop_closed: bool
+) -> BaseException | None:
+    """The error every caller still waiting gets when a batcher's worker ends with ``exc``.
 
-    A leading caller's successor task carries its work on, and a closed loop's callers
-    are gone; otherwise none may hang: a cancelled worker (its loop shutting down?)
-    closes the batcher, a bug fails them with itself, an interrupt with a RuntimeError.
+    None when they need none: a leading caller's successor task carries its work on, and
+    a closed loop's callers are gone. Otherwise none may hang: a cancelled worker (its
+    loop shutting down?) closes the batcher, a bug fails them with itself, an interrupt
+    with a RuntimeError.
     """
     if isinstance(exc, Exception):
         return exc
