@@ -83,7 +83,8 @@ class BatchRuns(Generic[K, R]):
         """Compute a taken, settled batch on the event loop (nothing in flight).
 
         The steps are inlined, and one key with one caller skips ``deliver``: a lone
-        caller's round trip is mostly calls (benchmarks/bench_batcher.py).
+        caller's round trip is mostly calls (benchmarks/bench_batcher.py; ``run_lone``
+        takes fewer still: 0.94-0.98x -> 0.99-1.01x genlm-backend's there).
         """
         policy = self._policy
         policy.stats.inline_batches += 1
@@ -99,7 +100,32 @@ class BatchRuns(Generic[K, R]):
             if type(value := results[0]) is not RequestFailure and not futs[0].done():
                 futs[0].set_result(value)
                 return
-        policy.stats.errors += error is not None
+        self._answer(waiters, results, error)
+
+    def run_lone(self, keys: list[K], own: Any) -> None:
+        """[`run_here`][] of one key for its one caller ``own``, in fewer steps."""
+        policy = self._policy
+        policy.stats.inline_batches += 1
+        start = time.perf_counter()
+        try:
+            results, error = self._batch_fn(keys), None
+        except BaseException as exc:  # answered below; a KeyboardInterrupt then goes on up
+            results, error = None, exc
+        policy.measured(time.perf_counter() - start)
+        if error is None and type(results) is list and len(results) == 1:
+            if type(value := results[0]) is not RequestFailure and not own.done():
+                own.set_result(value)
+                return
+        if error is None:
+            try:
+                results = checked(results, 1, self._name)
+            except Exception as exc:  # noqa: BLE001 - the caller's failure, handed to it
+                results, error = None, exc
+        self._answer([[own]], results, error)
+
+    def _answer(self, waiters: list[list[Any]], results: Any, error: Any) -> None:
+        """Every caller's outcome; then an interrupt from ``batch_fn`` goes on up."""
+        self._policy.stats.errors += error is not None
         deliver(waiters, results, error, self._copy_result, self._name)
         if error is not None and not isinstance(error, Exception):
             raise error

@@ -195,7 +195,7 @@ class AutoBatcher(Generic[K, R]):
                 await self._alarm.hold(loop, policy, lambda: self._closed)
             if not self._closed or self._draining:
                 if policy.cheap and (lone := policy.take_lone(own)):  # fewer calls
-                    runs.run_here(lone, [[own]])
+                    runs.run_lone(lone, own)
                 else:
                     runs.start(loop)
             if not own.done():  # (its batch went to the thread)

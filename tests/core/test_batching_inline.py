@@ -156,6 +156,8 @@ async def test_a_lone_caller_gets_results_failures_and_errors_as_from_any_batch(
             return [key, key]
         if key == "tuple":
             return (("t", key),)  # any sequence of one result
+        if key == "raises":
+            raise ValueError("the whole batch failed")
         return [("r", key)]
 
     batcher = AutoBatcher(fn)
@@ -167,9 +169,12 @@ async def test_a_lone_caller_gets_results_failures_and_errors_as_from_any_batch(
     with pytest.raises(BatchSizeMismatchError, match="2 results for 1 keys"):
         await within(batcher.submit("two results"))
     assert await within(batcher.submit("two results" + "!")) == ("r", "two results!")
+    with pytest.raises(ValueError, match="the whole batch failed"):
+        await within(batcher.submit("raises"))
+    assert await within(batcher.submit("after")) == ("r", "after")
     stats = batcher.stats
-    assert (stats.requests, stats.batches, stats.inline_batches) == (6, 6, 5)
-    assert stats.errors == 1 and stats.max_batch_seen == 1  # a key's own failure is not one
+    assert (stats.requests, stats.batches, stats.inline_batches) == (8, 8, 7)
+    assert stats.errors == 2 and stats.max_batch_seen == 1  # a key's own failure is not one
     assert batcher.policy.waiting == {} and batcher.policy.pending == []
     await within(batcher.aclose())
 
