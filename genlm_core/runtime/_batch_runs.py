@@ -82,10 +82,11 @@ class BatchRuns(Generic[K, R]):
     def run_here(self, keys: list[K], waiters: list[list[Any]]) -> None:
         """Compute a taken, settled batch on the event loop (nothing in flight).
 
-        The steps are inlined, and one key with one caller skips ``deliver``: a lone
-        caller's round trip is mostly calls (benchmarks/bench_batcher.py; ``run_lone``
-        takes fewer still: 0.94-0.98x -> 0.99-1.01x genlm-backend's there).
+        One key for one caller goes through [`run_lone`][]: a lone caller's round trip
+        is mostly calls (benchmarks/bench_batcher.py).
         """
+        if len(waiters) == 1 and len(waiters[0]) == 1:
+            return self.run_lone(keys, waiters[0][0])
         policy = self._policy
         policy.stats.inline_batches += 1
         start = time.perf_counter()
@@ -96,14 +97,10 @@ class BatchRuns(Generic[K, R]):
         except BaseException as exc:  # answered below; a KeyboardInterrupt then goes on up
             results, error = None, exc
         policy.measured(time.perf_counter() - start)
-        if error is None and len(waiters) == 1 and len(futs := waiters[0]) == 1:
-            if type(value := results[0]) is not RequestFailure and not futs[0].done():
-                futs[0].set_result(value)
-                return
         self._answer(waiters, results, error)
 
     def run_lone(self, keys: list[K], own: Any) -> None:
-        """[`run_here`][] of one key for its one caller ``own``, in fewer steps."""
+        """[`run_here`][] of one key for its one caller ``own``: no lists made, none counted."""
         policy = self._policy
         policy.stats.inline_batches += 1
         start = time.perf_counter()

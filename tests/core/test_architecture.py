@@ -52,9 +52,10 @@ MAX_LINES = 500
 # (1 MB: 326 -> 193 s); -3 in review (a prefix request's keys made by one method); +93
 # for the batcher in three modules (runtime/_batch_runs.py, _alarm.py; the worker's exit
 # rule in _outcomes.worker_exit_error), each handed its collaborators: 360 -> 250 lines;
-# +26 for BatchRuns.run_lone, a lone caller's batch in fewer calls (benchmarks'
-# bench_batcher at 1 caller: 0.94-0.98x -> 0.99-1.01x genlm-backend's, alternating runs).
-MAX_CORE_LINES = 8_934
+# +23 for BatchRuns.run_lone, a lone caller's batch in fewer calls (benchmarks'
+# bench_batcher at 1 caller: 0.94-0.98x -> 0.99-1.01x genlm-backend's, alternating runs;
+# run_here sends its one-key, one-caller batches there too).
+MAX_CORE_LINES = 8_931
 #: issue 41: +21 for the batcher variant that hands batch calls uncopied rows (one copy
 #: a row instead of two); +60 for a lone caller's round trip in fewer calls (take_lone,
 #: the hold written out in _lead, batches on the loop settled as taken: 7.1 -> ~5.0 us,
