@@ -9,7 +9,9 @@ from session_requires import require
 
 require("genlm_hf.lm", reason="genlm-hf is not installed")
 
+import genlm_hf._linear as linear_module  # noqa: E402
 from genlm_hf._linear import (  # noqa: E402
+    INTEL_MIN_OUT_FEATURES,
     MIN_MULTIPLY_ADDS,
     ROW_BUCKETS,
     onednn_linear,
@@ -24,6 +26,13 @@ needs_onednn = pytest.mark.skipif(
     bool(onednn_unavailable_reason()),
     reason=f"this torch build cannot run oneDNN linears: {onednn_unavailable_reason()}",
 )
+
+
+@pytest.fixture(autouse=True)
+def rule_measured_on_amd(monkeypatch):
+    """The tests below check the rule for CPUs whose MKL is not tuned (AMD's), wherever
+    they run; the Intel rule's test sets the vendor itself."""
+    monkeypatch.setattr(linear_module, "mkl_is_tuned_here", lambda: False)
 
 
 def calls_onednn(monkeypatch) -> list[tuple[int, ...]]:
@@ -150,6 +159,58 @@ def test_onednn_linears_patches_plain_layers_for_the_block_only(monkeypatch):
     assert all("forward" not in vars(m) for m in model)
     assert seen == [(16, 64), (16, 256)]  # each product >= MIN_MULTIPLY_ADDS
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+def test_on_intel_cpus_only_vocabulary_projections_of_4_to_12_rows_go_to_onednn(monkeypatch):
+    """MKL is tuned for Intel's CPUs: oneDNN pays there only where MKL's few-row path is slow."""
+    monkeypatch.setattr(linear_module, "mkl_is_tuned_here", lambda: True)
+    seen = calls_onednn(monkeypatch)
+    head = torch.nn.Linear(576, INTEL_MIN_OUT_FEATURES)
+    layer = torch.nn.Linear(576, 1536)
+    tiny_head = torch.nn.Linear(64, 50_000)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(1536, 576), head)
+    with torch.no_grad():
+        for rows in (2, 3, 4, 12, 13, 32):
+            x = torch.randn(rows, 576)
+            torch.testing.assert_close(onednn_linear(x, head.weight, head.bias), head(x))
+            torch.testing.assert_close(onednn_linear(x, layer.weight, layer.bias), layer(x))
+        onednn_linear(torch.randn(32, 64), tiny_head.weight, tiny_head.bias)
+        with onednn_linears(model) as patched:
+            assert patched == 1  # the head; the other layers never pay: left as they are
+            assert "forward" in vars(head) and "forward" not in vars(layer)
+    assert seen == [(8, 576), (16, 576)]  # 4 rows padded to 8, 12 to 16; no other call
+    assert onednn_pays(8, 576, 49_152) and not onednn_pays(8, 576, 1536)
+    assert onednn_pays(8, 576, 49_152, mkl_tuned=True)
+    assert not onednn_pays(32, 64, 49_152, mkl_tuned=True)
+    assert onednn_pays(32, 64, 49_152, mkl_tuned=False)
+
+
+@pytest.mark.parametrize(
+    "cpuinfo, intel",
+    [
+        ("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t: avx\n", True),
+        ("processor\t: 0\nvendor_id\t: AuthenticAMD\n", False),
+        ("processor\t: 0\nCPU implementer\t: 0x41\n", False),  # an Arm CPU: no vendor_id
+    ],
+)
+def test_the_cpu_vendor_is_read_from_proc_cpuinfo(cpuinfo, intel, tmp_path, monkeypatch):
+    import builtins
+
+    monkeypatch.undo()  # the real function, not the fixture's stand-in
+    info = tmp_path / "cpuinfo"
+    info.write_text(cpuinfo)
+    real_open = builtins.open
+    monkeypatch.setattr(
+        builtins, "open", lambda f, *a, **k: real_open(info if f == "/proc/cpuinfo" else f, *a, **k)
+    )
+    monkeypatch.setattr(linear_module.platform, "processor", lambda: "")
+    linear_module.mkl_is_tuned_here.cache_clear()
+    try:
+        assert linear_module.mkl_is_tuned_here() is intel
+    finally:
+        monkeypatch.undo()
+        linear_module.mkl_is_tuned_here.cache_clear()
 
 
 def test_onednn_linears_restores_layers_after_an_error():

@@ -10,7 +10,8 @@ EPYC (Zen 5, AVX-512), torch 2.13, one thread:
 2.8 ms; SmolLM2-135M's layers at 32 rows (576 -> 1,536 and back) 0.56 against 0.30 ms.
 For a few rows through a small layer oneDNN's fixed cost (~10 us per call) is more
 than the product, so layers below [`MIN_MULTIPLY_ADDS`][] per call stay on torch's
-path.
+path. On Intel CPUs MKL runs its own tuned code, and oneDNN pays only where MKL's
+few-row path is slow (see [`mkl_is_tuned_here`][]).
 
 How. [`onednn_linears`][] replaces the ``forward`` of a model's plain float32 CPU
 ``nn.Linear`` modules for the duration of one forward, then puts them back: the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import platform
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +35,7 @@ import torch.nn.functional as F
 __all__ = [
     "LINEAR_KERNELS",
     "MIN_MULTIPLY_ADDS",
+    "mkl_is_tuned_here",
     "ROW_BUCKETS",
     "onednn_linear",
     "onednn_linears",
@@ -131,14 +134,52 @@ def resolve_linear_kernel(choice: str, device: torch.device, dtype: torch.dtype)
     return "torch"
 
 
-def onednn_pays(rows: int, width: int, out_features: int) -> bool:
+#: On an Intel CPU, the row counts and the smallest output width (a vocabulary
+#: projection from at least [`FEW_ROWS_MIN_IN_FEATURES`][] inputs) where oneDNN still
+#: pays: MKL's few-row path (its packing copy) is slow there too. Measured on a
+#: 2-core Xeon (AVX-512), torch 2.13, one thread, microseconds MKL / oneDNN: SmolLM2's
+#: head 576 -> 49,152 at 2, 4, 8, 12, 16 and 32 rows 9,938 / 17,134, 21,855 / 19,394,
+#: 34,844 / 18,762, 48,795 / 21,891, 23,197 / 21,808, 26,411 / 22,465; its 576 -> 1,536
+#: layer at 2, 8 and 32 rows 132 / 348, 361 / 367, 572 / 635; the tiny Llama's head
+#: 64 -> 49,152 at 8 and 32 rows 1,074 / 995, 1,936 / 1,904 (oneDNN in blocks of
+#: columns, as the head is projected: 2-3x slower there).
+INTEL_ONEDNN_ROWS = range(4, 13)
+INTEL_MIN_OUT_FEATURES = 16_384
+
+
+@functools.cache
+def mkl_is_tuned_here() -> bool:
+    """Whether this is an Intel x86 CPU, where MKL (torch's x86 BLAS) runs its tuned code.
+
+    Read from ``/proc/cpuinfo`` (Linux) or ``platform.processor()`` (Windows); elsewhere
+    False: the rule measured on AMD applies.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip() == "GenuineIntel"
+    except OSError:
+        pass
+    return "GenuineIntel" in platform.processor()
+
+
+def onednn_pays(rows: int, width: int, out_features: int, *, mkl_tuned: bool | None = None) -> bool:
     """Whether ``rows`` float32 rows through a ``width -> out_features`` layer go to oneDNN.
 
-    Where it is faster here: see [`MIN_MULTIPLY_ADDS`][] and [`FEW_ROWS_MIN_IN_FEATURES`][].
+    Where it is faster: see [`MIN_MULTIPLY_ADDS`][] and [`FEW_ROWS_MIN_IN_FEATURES`][];
+    on Intel CPUs (``mkl_tuned``, default [`mkl_is_tuned_here`][]) only
+    vocabulary projections at [`INTEL_ONEDNN_ROWS`][].
     """
     if rows * width * out_features < MIN_MULTIPLY_ADDS or rows < 2:
         return False
+    if mkl_is_tuned_here() if mkl_tuned is None else mkl_tuned:
+        return _intel_may_pay(width, out_features) and rows in INTEL_ONEDNN_ROWS
     return rows >= ROW_BUCKETS[0] or width >= FEW_ROWS_MIN_IN_FEATURES
+
+
+def _intel_may_pay(width: int, out_features: int) -> bool:
+    return width >= FEW_ROWS_MIN_IN_FEATURES and out_features >= INTEL_MIN_OUT_FEATURES
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -191,9 +232,13 @@ def _patched_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 def _patchable(module: torch.nn.Module) -> bool:
-    """A plain float32 CPU ``nn.Linear`` whose forward nobody else hooks or replaces."""
+    """A plain float32 CPU ``nn.Linear`` whose forward nobody else hooks or replaces.
+
+    On Intel CPUs, only layers where oneDNN can pay (see [`onednn_pays`][]).
+    """
     return (
         type(module) is torch.nn.Linear
+        and (not mkl_is_tuned_here() or _intel_may_pay(module.in_features, module.out_features))
         and module.weight.dtype == torch.float32
         and module.weight.device.type == "cpu"
         and (module.bias is None or module.bias.dtype == torch.float32)

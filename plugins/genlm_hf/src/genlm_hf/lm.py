@@ -12,7 +12,8 @@ What makes it fast, compared with genlm-backend 0.3.1's class of the same name:
   only at each row's last position.
 * **Faster linear layers on CPUs.** Float32 linear layers (and the output
   projection, in cache-sized blocks) run through oneDNN rather than torch's BLAS
-  (MKL), about twice as fast on the AMD CPU measured (see `genlm_hf._linear`).
+  (MKL) where that is faster: about twice as fast on the AMD CPU measured; on Intel
+  CPUs, whose MKL is tuned, only few-row output projections (see `genlm_hf._linear`).
 * **No autograd.** Forwards run under ``torch.no_grad()`` (not ``inference_mode``: its
   tensors refuse in-place updates outside it, and callers do mask log-probs in place).
 * **Bounded memory.** K/V tensors and cached log-probs each live under a byte budget
@@ -104,10 +105,12 @@ class AsyncTransformer(PrefixCachedLM):
             ``"cpu"``: moved to the CPU, as genlm-backend 0.3.1 does; ``"model"``: on the
             output layer's device. The resolved device is `row_device`.
         linear_kernel: How the cached forwards compute float32 linear layers on a CPU.
-            ``"auto"`` (default): through oneDNN when this torch has it (about twice as
-            fast as torch's BLAS on the AMD CPU measured, `genlm_hf._linear`); ``"onednn"``:
-            the same, an error where it cannot run; ``"torch"``: torch's own (always, on
-            GPUs and in half precision). The resolved choice is [`linear_kernel`][].
+            ``"auto"`` (default): through oneDNN when this torch has it, for the layers
+            and row counts where it is faster than torch's BLAS (about twice as fast on
+            the AMD CPU measured; on Intel CPUs only the output projection of 4-12 rows,
+            `genlm_hf._linear`); ``"onednn"``: the same, an error where it cannot run;
+            ``"torch"``: torch's own (always, on GPUs and in half precision). The
+            resolved choice is [`linear_kernel`][].
         kv_reads: How a forward reads the rows' cached keys and values. ``"gather"``
             (default): copied out of the prefix cache into one batch, new ones copied
             back; ``"in_place"``: read from the cache's slots and written into new ones
