@@ -56,6 +56,7 @@ warnings.filterwarnings("ignore", message="Sparse")  # inside genlm-bytes
 
 import torch  # noqa: E402
 from _caller_threads import as_alone  # noqa: E402
+from _machine import cpu_line  # noqa: E402
 from _row_copies import rows_shared  # noqa: E402
 
 SCENARIOS = ("prefill", "greedy", "beams", "exact", "memory")
@@ -303,6 +304,7 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, repeats={repeats}, "
         f"load average {os.getloadavg()[0]:.2f}, params {PARAMS}"
     )
+    print(cpu_line())
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from genlm_core.testing.assets import model_dir

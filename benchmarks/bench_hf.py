@@ -59,6 +59,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 from _caller_threads import as_alone  # noqa: E402
+from _machine import cpu_line  # noqa: E402
 from _row_copies import rows_shared  # noqa: E402
 
 SCENARIOS = ("sis-smollm2", "sis-gpt2", "memory")
@@ -425,6 +426,7 @@ def main() -> None:
     repeats = args.repeats or (1 if args.quick else 3)
     only = args.only or list(SCENARIOS)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, repeats={repeats}")
+    print(cpu_line())
     if "sis-smollm2" in only:
         tokens = 4 if args.quick else 16
         throughput("sis-smollm2", "smollm2-135m-instruct", 32, tokens, repeats, bar=3.0)

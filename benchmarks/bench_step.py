@@ -53,6 +53,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from _machine import cpu_line  # noqa: E402
 from bench_hf import asset, load  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' past_key_values
@@ -323,6 +324,7 @@ def main() -> None:
     args = parser.parse_args()
     load_now = os.getloadavg()[0]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load_now:.2f}")
+    print(cpu_line())
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         tiny_model(folder)
