@@ -33,10 +33,12 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
+    "INTEL_MIN_OUT_FEATURES",
+    "INTEL_ONEDNN_ROWS",
     "LINEAR_KERNELS",
     "MIN_MULTIPLY_ADDS",
-    "mkl_is_tuned_here",
     "ROW_BUCKETS",
+    "mkl_is_tuned_here",
     "onednn_linear",
     "onednn_linears",
     "onednn_pays",
