@@ -39,6 +39,7 @@ __all__ = [
     "MIN_MULTIPLY_ADDS",
     "ROW_BUCKETS",
     "mkl_is_tuned_here",
+    "reads_intel",
     "onednn_linear",
     "onednn_linears",
     "onednn_pays",
@@ -153,11 +154,19 @@ INTEL_MIN_OUT_FEATURES = 16_384
 def mkl_is_tuned_here() -> bool:
     """Whether this is an Intel x86 CPU, where MKL (torch's x86 BLAS) runs its tuned code.
 
-    Read from ``/proc/cpuinfo`` (Linux) or ``platform.processor()`` (Windows); elsewhere
-    False: the rule measured on AMD applies.
+    Read once, by [`reads_intel`][].
+    """
+    return reads_intel("/proc/cpuinfo")
+
+
+def reads_intel(cpuinfo: str) -> bool:
+    """Whether the ``vendor_id`` in the file ``cpuinfo`` (Linux's ``/proc/cpuinfo``) is Intel's.
+
+    Without that file or field, ``platform.processor()`` (Windows names the vendor
+    there); elsewhere False: the rule measured on AMD applies.
     """
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+        with open(cpuinfo, encoding="ascii", errors="replace") as info:
             for line in info:
                 if line.startswith("vendor_id"):
                     return line.split(":", 1)[1].strip() == "GenuineIntel"
@@ -175,7 +184,8 @@ def onednn_pays(rows: int, width: int, out_features: int, *, mkl_tuned: bool | N
     """
     if rows * width * out_features < MIN_MULTIPLY_ADDS or rows < 2:
         return False
-    if mkl_is_tuned_here() if mkl_tuned is None else mkl_tuned:
+    tuned = mkl_is_tuned_here() if mkl_tuned is None else mkl_tuned
+    if tuned:
         return _intel_may_pay(width, out_features) and rows in INTEL_ONEDNN_ROWS
     return rows >= ROW_BUCKETS[0] or width >= FEW_ROWS_MIN_IN_FEATURES
 
