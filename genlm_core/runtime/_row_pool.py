@@ -117,6 +117,7 @@ class RowPool:
         rows = self.empty_rows(len(batch))
         for row, values in zip(rows, batch, strict=True):
             np.copyto(row.numpy(), values)
+            self.note_maximum(row)
         return rows
 
     def empty_rows(self, n: int) -> list[torch.Tensor]:
@@ -124,6 +125,27 @@ class RowPool:
         if not is_int_at_least(n, 0):
             raise ValueError(f"empty_rows needs a row count >= 0, got {n!r}")
         return [torch.from_numpy(self._lease(self._take())) for _ in range(n)]
+
+    def note_maximum(self, row: torch.Tensor) -> None:
+        """Read pooled ``row``'s largest entry now, while it is in cache; call after its last write.
+
+        The model's row check takes it ([`take_maxima`][]) instead of reading the row
+        again, cold (a 49k row: 5 us hot, about 20 cold). Rows not from this pool: ignored.
+        """
+        lease = self._live.get(row.data_ptr())
+        if lease is not None and row.numel() == self.width:
+            lease.maximum = float(row.detach().numpy().max())  # NaN if the row has one
+
+    def take_maxima(self, rows: Sequence[torch.Tensor]) -> list[float | None]:
+        """The maximum noted for each of ``rows`` (None where none), each taken only once."""
+        live, width, out = self._live, self.width, []
+        for row in rows:
+            lease = live.get(row.data_ptr())
+            top = None
+            if lease is not None and row.numel() == width:
+                top, lease.maximum = lease.maximum, None
+            out.append(top)
+        return out
 
     def owns(self, row: torch.Tensor) -> bool:
         """Whether ``row`` is exactly one row this pool handed out (not a part of one)."""
@@ -171,6 +193,7 @@ class RowPool:
         lease = _Lease(view, self._callback)
         lease.slot = slot
         lease.address = slot.ctypes.data
+        lease.maximum = None
         self._live[lease.address] = lease
         return view
 
@@ -276,4 +299,4 @@ class _Lease(weakref.ref):
     One object per live row, not three: every cached row adds to the collector's scans.
     """
 
-    __slots__ = ("address", "slot")
+    __slots__ = ("address", "maximum", "slot")

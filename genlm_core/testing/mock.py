@@ -115,6 +115,7 @@ class MockAsyncLM(BatchedAsyncLM):
         for row, req in zip(rows, requests, strict=True):
             seed = _seed(hash(token_ids_key(req.token_ids)), self.adapter_handle(req))
             _fill(row.numpy(), bases, seed)
+            self.row_pool.note_maximum(row)  # while hot: the row check takes it
         return rows
 
     def compute_prefix_batch(self, requests: list[PrefixRequest]) -> list[Sequence[torch.Tensor]]:
@@ -131,6 +132,7 @@ class MockAsyncLM(BatchedAsyncLM):
             rows = self.row_pool.empty_rows(len(req.token_ids) - req.start)
             for row, hashed in zip(rows, req.prefix_hashes(), strict=True):
                 _fill(row.numpy(), bases, _seed(hashed, adapter))
+                self.row_pool.note_maximum(row)
             out.append(rows)
         return out
 

@@ -84,6 +84,37 @@ def test_numpy_integers_stay_valid_eos_ids_and_seeds(tokenizer):
         assert len(out) <= 3
 
 
+class NotedRows(MockAsyncLM):
+    """Writes ``values`` into a pooled row for the prompt [66] and notes its maximum."""
+
+    def __init__(self, tokenizer, value, **kwargs):
+        super().__init__(tokenizer, **kwargs)
+        self.value = value
+
+    def compute_batch(self, requests):
+        rows = list(super().compute_batch(requests))
+        for i, r in enumerate(requests):
+            if r.token_ids == (66,):
+                rows[i][7] = self.value
+                self.row_pool.note_maximum(rows[i])
+        return rows
+
+
+@pytest.mark.parametrize(
+    "value, fragment", [(float("nan"), "NaN"), (float("inf"), "+inf"), (2.5, "2.5 > 0")]
+)
+async def test_the_row_check_reads_maxima_noted_in_the_pool_and_still_refuses(
+    tokenizer, value, fragment
+):
+    with NotedRows(tokenizer, value) as lm:
+        good, bad = await asyncio.gather(
+            lm.next_token_logprobs([65]), lm.next_token_logprobs([66]), return_exceptions=True
+        )
+        assert isinstance(good, torch.Tensor)
+        assert isinstance(bad, BackendContractError) and fragment in str(bad), bad
+        assert lm.row_pool.take_maxima([good]) == [None]  # the caller's copy is not pooled
+
+
 class RowMaker(MockAsyncLM):
     """Returns one bad row for the prompt [66]; good rows for every other prompt."""
 

@@ -82,6 +82,30 @@ def test_empty_rows_are_filled_in_place_and_recycled():
         pool.empty_rows(-1)
 
 
+def test_a_noted_maximum_is_the_rows_own_taken_once_and_never_carried_to_reuse():
+    pool = RowPool(16, max_free_bytes=1 << 20)
+    rows = pool.copy_rows(batch(2))  # copy_rows notes each row as it writes it
+    assert pool.take_maxima(rows) == [15.0, 31.0]
+    assert pool.take_maxima(rows) == [None, None]  # taken: a second check reads the row
+    (row,) = pool.empty_rows(1)
+    assert pool.take_maxima([row]) == [None]  # written, not noted
+    row.fill_(-2.0)
+    row[5] = float("nan")
+    pool.note_maximum(row)
+    (top,) = pool.take_maxima([row])
+    assert top != top  # NaN is noted as NaN
+    pool.note_maximum(row)
+    address = row.data_ptr()
+    del row  # its slot comes back last: the next row reuses it
+    gc.collect()
+    (again,) = pool.empty_rows(1)
+    assert again.data_ptr() == address and pool.take_maxima([again]) == [None]
+    outside = torch.zeros(16)
+    pool.note_maximum(outside)  # not a row of this pool: ignored
+    pool.note_maximum(again[:8])
+    assert pool.take_maxima([outside, again[:8], again]) == [None, None, None]
+
+
 def test_owns_only_whole_rows_it_handed_out():
     pool = RowPool(16, max_free_bytes=1 << 20)
     row = pool.copy_rows(batch(1))[0]

@@ -294,6 +294,8 @@ def test_work_shared_with_a_helper_thread_computes_the_same(bias, helper_late, o
     torch.testing.assert_close(torch.stack(rows), torch.log_softmax(logits, -1))
     torch.testing.assert_close(torch.stack(pooled), torch.log_softmax(logits, -1))
     assert all(pool.owns(row) for row in pooled)
+    # Each pooled row's maximum was noted as it was written, for the model's row check.
+    assert pool.take_maxima(pooled) == [float(row.max()) for row in pooled]
 
 
 def test_small_cpu_models_get_a_helper_thread(hf_models):

@@ -190,7 +190,8 @@ def log_softmax_rows(
 
     * CPU logits and a ``pool``: each row's log-softmax is written straight into a
       recycled row of the pool (no copy, no first-touch page faults), in blocks of
-      rows shared with ``helper`` (see `_share_work`).
+      rows shared with ``helper`` (see `_share_work`); the pool notes each row's
+      maximum while it is hot, for the model's row check.
     * Otherwise: one batched kernel (into ``workspace``'s buffer when given), one
       device-to-host transfer, then one numpy copy per row (a single-threaded memcpy:
       a torch ``clone`` of a vocabulary-sized row is an OpenMP region, and while the
@@ -199,7 +200,7 @@ def log_softmax_rows(
     """
     if pool is not None and logits.device.type == "cpu" and logits.shape[1] == pool.width:
         rows = pool.empty_rows(logits.shape[0])
-        _by_row_blocks(helper, _log_softmax_each, logits, rows)
+        _by_row_blocks(helper, functools.partial(_log_softmax_each, pool), logits, rows)
         return rows
     if workspace is not None:
         lp = workspace.get(tuple(logits.shape), torch.float32, logits.device)
@@ -230,6 +231,8 @@ def _log_softmax_into(logits: torch.Tensor, out: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def _log_softmax_each(logits: torch.Tensor, rows: Sequence[torch.Tensor]) -> None:
+def _log_softmax_each(pool: RowPool, logits: torch.Tensor, rows: Sequence[torch.Tensor]) -> None:
+    """Each row's log-softmax, its maximum noted for the row check while it is hot."""
     for row_logits, out in zip(logits, rows, strict=True):
         torch.log_softmax(row_logits, dim=-1, dtype=torch.float32, out=out)
+        pool.note_maximum(out)
