@@ -56,8 +56,10 @@ MAX_LINES = 500
 # bench_batcher at 1 caller: 0.94-0.98x -> 0.99-1.01x genlm-backend's, alternating runs;
 # run_here sends its one-key, one-caller batches there too); +28 for rows' maxima noted
 # in the row pool as a backend writes them (RowPool.note_maximum/take_maxima), so the row
-# check reads no row twice (bench_step P=256: log-softmax and check 21.5 -> 19.5 ms a step).
-MAX_CORE_LINES = 8_959
+# check reads no row twice (bench_step P=256: log-softmax and check 21.5 -> 19.5 ms a step);
+# +8 in review: the pool's rule for "exactly one live row" (_lease_of) and a row's NumPy
+# maximum (row_maximum) each written once.
+MAX_CORE_LINES = 8_967
 #: issue 41: +21 for the batcher variant that hands batch calls uncopied rows (one copy
 #: a row instead of two); +60 for a lone caller's round trip in fewer calls (take_lone,
 #: the hold written out in _lead, batches on the loop settled as taken: 7.1 -> ~5.0 us,

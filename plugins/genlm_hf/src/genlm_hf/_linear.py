@@ -39,12 +39,12 @@ __all__ = [
     "MIN_MULTIPLY_ADDS",
     "ROW_BUCKETS",
     "mkl_is_tuned_here",
-    "reads_intel",
     "onednn_linear",
     "onednn_linears",
     "onednn_pays",
     "onednn_product",
     "onednn_unavailable_reason",
+    "reads_intel",
     "resolve_linear_kernel",
 ]
 
