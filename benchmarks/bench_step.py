@@ -26,6 +26,12 @@ same step by stage (see ``print_stages``). Issue 41's bar:
 genlm-hf at most 1.15x bare at both P, with both clients. The last step's rows are
 checked against the bare loop's (the clients must compute the same thing).
 
+``zero-cost model``: each client over a model that costs nothing (it hands out rows
+made in advance, distinct for each particle, as any backend whose callers own their
+rows must): the client's own work a step. Part of it is a floor for every backend:
+the per-particle client's ``torch.stack`` of its P rows into a new tensor needs every
+row of the step, so no computation overlaps it; the last line prints bare plus that.
+
 ``--profile`` adds where genlm-hf's host time goes: cProfile of its worker thread
 (the event loop's thread only waits there), top functions by own time.
 
@@ -128,6 +134,27 @@ def workload(vocab: int, prompt: list[int], particles: int, steps: int) -> list[
             for t in range(steps)]  # fmt: skip
 
 
+class ZeroCostModel:
+    """Hands out rows made in advance (distinct per particle), at no cost: the client alone."""
+
+    def __init__(self, particles: int, vocab: int) -> None:
+        gen = torch.Generator().manual_seed(particles)
+        self._rows = torch.log_softmax(torch.randn(particles, vocab, generator=gen), dim=-1)
+        self._each = list(self._rows)
+        self._next = 0
+
+    async def next_token_logprobs(self, token_ids: list[int]) -> torch.Tensor:
+        row = self._each[self._next]
+        self._next = (self._next + 1) % len(self._each)
+        return row
+
+    async def batch_next_token_logprobs(self, batch: list[list[int]]) -> torch.Tensor:
+        return self._rows
+
+    def clear_cache(self) -> None:
+        self._next = 0
+
+
 def bare_steps(
     model: Any, contexts: list[list[list[int]]]
 ) -> tuple[list[float], list[float], torch.Tensor]:
@@ -182,7 +209,8 @@ async def client_steps(
 ) -> tuple[list[float], list[dict[str, float]], torch.Tensor]:
     """Per step (seconds, {stage: seconds}) of one client, and the last step's rows.
 
-    Each step's stages include ``stall``: the event loop's longest stall in it.
+    Each step's stages include ``stall``: the event loop's longest stall in it, and
+    ``client stack``: the per-particle client's own stack of its rows (0 if batched).
     """
     await lm.next_token_logprobs(contexts[0][0][:-1])  # the prompt's prefill, not timed
     times, stages = [], []
@@ -195,12 +223,13 @@ async def client_steps(
             else:
                 outs = await asyncio.gather(*(lm.next_token_logprobs(c) for c in step))
             took = time.perf_counter() - start
+        stack = 0.0
         if not batched:  # the client's own stack: timed, but not in the stall measured
             start = time.perf_counter()
             rows = torch.stack(outs)
-            took += time.perf_counter() - start
-        times.append(took)
-        stages.append({**clocks.take(), "stall": stalls.longest})
+            stack = time.perf_counter() - start
+        times.append(took + stack)
+        stages.append({**clocks.take(), "stall": stalls.longest, "client stack": stack})
     return times, stages, rows
 
 
@@ -288,6 +317,15 @@ def measure(folder: Path, particles: int, steps: int, with_ref: bool, profile: b
     times, stages, floor_rows = bare_steps(model, contexts)
     floor = statistics.median(times)
     line("bare (the floor)", times, stages, floor)
+    zero = ZeroCostModel(particles, model.config.vocab_size)
+    for batched in (True, False):
+        name = f"zero-cost model {'batched' if batched else 'per particle'}"
+        asyncio.run(client_steps(zero, contexts, batched, Clocks()))  # warm-up, untimed
+        times, stages, _ = asyncio.run(client_steps(zero, contexts, batched, Clocks()))
+        for s in stages:
+            s["forward"] = 0.0
+        line(name, times, stages, floor)
+    stack = statistics.median(s["client stack"] for s in stages) / floor  # (per particle)
     kinds = [("genlm-hf", "ours")] + ([("genlm-backend 0.3.1", "ref")] if with_ref else [])
     verdicts = []
     for label, kind in kinds:
@@ -313,6 +351,10 @@ def measure(folder: Path, particles: int, steps: int, with_ref: bool, profile: b
     passed = all(float(v.rsplit(" ", 1)[1][:-1]) <= BAR for v in verdicts)
     print(
         f"bar: genlm-hf at most {BAR}x bare: {', '.join(verdicts)}: {'PASS' if passed else 'FAIL'}"
+    )
+    print(
+        f"  no backend can be under {1 + stack:.2f}x bare per particle here: the client's own "
+        f"stack of its rows, after the last one comes, is {stack:.0%} of a bare step"
     )
 
 
