@@ -318,6 +318,7 @@ def measure(folder: Path, particles: int, steps: int, with_ref: bool, profile: b
     floor = statistics.median(times)
     line("bare (the floor)", times, stages, floor)
     zero = ZeroCostModel(particles, model.config.vocab_size)
+    stack = 0.0  # the per-particle client's own stack, as a share of a bare step
     for batched in (True, False):
         name = f"zero-cost model {'batched' if batched else 'per particle'}"
         asyncio.run(client_steps(zero, contexts, batched, Clocks()))  # warm-up, untimed
@@ -325,7 +326,8 @@ def measure(folder: Path, particles: int, steps: int, with_ref: bool, profile: b
         for s in stages:
             s["forward"] = 0.0
         line(name, times, stages, floor)
-    stack = statistics.median(s["client stack"] for s in stages) / floor  # (per particle)
+        if not batched:
+            stack = statistics.median(s["client stack"] for s in stages) / floor
     kinds = [("genlm-hf", "ours")] + ([("genlm-backend 0.3.1", "ref")] if with_ref else [])
     verdicts = []
     for label, kind in kinds:
