@@ -135,7 +135,11 @@ def workload(vocab: int, prompt: list[int], particles: int, steps: int) -> list[
 
 
 class ZeroCostModel:
-    """Hands out rows made in advance (distinct per particle), at no cost: the client alone."""
+    """Hands out rows made in advance (distinct per particle), at no cost: the client alone.
+
+    Not bench_hf's ``ZeroCostLM``, which hands every caller one row: here the client's
+    stack reads P different rows, as it does over a real backend.
+    """
 
     def __init__(self, particles: int, vocab: int) -> None:
         gen = torch.Generator().manual_seed(particles)
@@ -150,9 +154,6 @@ class ZeroCostModel:
 
     async def batch_next_token_logprobs(self, batch: list[list[int]]) -> torch.Tensor:
         return self._rows
-
-    def clear_cache(self) -> None:
-        self._next = 0
 
 
 def bare_steps(
